@@ -1,0 +1,38 @@
+# Two commands: `make lab` opens the tutorial, `make test` runs every test.
+# Both create the environment in .venv first if it is not there yet.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# torch 2.13.0: on a machine with a local CPU wheel pip takes it (minutes, not a multi-GB
+# CUDA download); elsewhere pip takes PyPI's build, CUDA included, as usual. CPU-only users
+# can ask for the small build: make TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH       ?= torch==2.13.0
+TORCH_INDEX ?=
+ROOT_FLAG   := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+.PHONY: lab test bench install clean
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks $(ROOT_FLAG)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+bench: $(STAMP)
+	$(PY) -m kvlib bench
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
+	$(PY) -m pip install -q -e ".[test]"
+	# JupyterLab without its news and update pop-ups (they need the internet)
+	mkdir -p $(VENV)/share/jupyter/lab/settings
+	echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
+		> $(VENV)/share/jupyter/lab/settings/overrides.json
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) *.egg-info

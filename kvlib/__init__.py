@@ -1,0 +1,8 @@
+"""kvlib: the KV cache, visually. A glass-box GPT-2, its KV cache and generation."""
+
+from .generate import Generation, generate
+from .kv_cache import KVCache
+from .models import Config, KVLibError, Model, load_model
+from .trace import Trace
+
+__all__ = ["Config", "Generation", "KVCache", "KVLibError", "Model", "Trace", "generate", "load_model"]

@@ -1,0 +1,84 @@
+"""Side-by-side benchmarks, all measured in one run (machines are noisy, ratios are not).
+
+decode: tokens/s of kvlib with and without its KV cache and of transformers'
+`generate` with and without its cache, on the same weights and prompt, against the
+memory-bandwidth floor of a decode step (every weight read once per token).
+"""
+
+import statistics
+import time
+
+import torch
+
+from . import models
+from .generate import generate
+
+
+def read_bandwidth(nbytes=512 * 2**20, repeats=5):
+    """Bytes per second this machine reads from memory (a big tensor summed, best of a few)."""
+    x = torch.ones(nbytes // 4)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best
+
+
+def weight_bytes(model):
+    tensors = [t for k, t in model.params.items() if k != "h"]
+    tensors += [t for layer in model.params["h"] for t in layer.values()]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def decode(prompt_len=32, new_tokens=128, seed=0, device="cpu"):
+    hf, tok = models.random_gpt2()
+    model = models.from_hf("random-gpt2", hf, tok, models.pick_device(device))  # same tensors as hf
+    hf = hf.to(model.device)
+    prompt = torch.randint(0, model.config.vocab_size, (prompt_len,), generator=torch.Generator().manual_seed(seed))
+
+    def ours(use_cache):
+        return generate(model, prompt.tolist(), new_tokens, use_cache=use_cache, stop_at_eos=False).ids
+
+    def theirs(use_cache):
+        out = hf.generate(prompt[None].to(model.device), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                          do_sample=False, use_cache=use_cache, pad_token_id=0)
+        return out[0, prompt_len:].tolist()
+
+    ours(True), theirs(True)  # warm up both
+    rows = {}
+    for label, fn in [("kvlib, cached", lambda: ours(True)), ("transformers, cached", lambda: theirs(True)),
+                      ("kvlib, uncached", lambda: ours(False)), ("transformers, uncached", lambda: theirs(False))]:
+        rows[label] = timed(fn)
+    step = statistics.median(generate(model, prompt.tolist(), 16, stop_at_eos=False).step_seconds[1:])
+    floor = weight_bytes(model) / read_bandwidth()
+    return {"rows": rows, "step": step, "floor": floor, "weight_bytes": weight_bytes(model),
+            "prompt_len": prompt_len, "new_tokens": new_tokens}
+
+
+def report_decode(r):
+    n = r["new_tokens"]
+    print(f"random-gpt2 (GPT-2 small shape, fp32), {r['prompt_len']} prompt + {n} new tokens, greedy, "
+          f"{torch.get_num_threads()} threads")
+    tps = {label: n / seconds for label, (_, seconds) in r["rows"].items()}
+    for label, value in tps.items():
+        print(f"  {label:<24} {value:8.1f} tok/s")
+    ids = {label: out for label, (out, _) in r["rows"].items()}
+    print(f"  same tokens in all four runs: {len({tuple(v) for v in ids.values()}) == 1}")
+    print(f"  kvlib cached / transformers cached: {tps['kvlib, cached'] / tps['transformers, cached']:.2f}x")
+    print(f"  kvlib cached / kvlib uncached:      {tps['kvlib, cached'] / tps['kvlib, uncached']:.2f}x")
+    print(f"  transformers cached / uncached:     "
+          f"{tps['transformers, cached'] / tps['transformers, uncached']:.2f}x")
+    print(f"  bandwidth floor: {r['weight_bytes'] / 1e6:.0f} MB of weights per step at "
+          f"{r['weight_bytes'] / r['floor'] / 1e9:.1f} GB/s = {r['floor'] * 1e3:.1f} ms; kvlib's cached step "
+          f"{r['step'] * 1e3:.1f} ms reaches {r['floor'] / r['step']:.0%} of it")
+
+
+def main(args):
+    report_decode(decode(args.prompt_tokens, args.new_tokens, device=args.device))

@@ -1,0 +1,85 @@
+"""Generation: prefill the prompt, then decode one token at a time.
+
+With the cache (use_cache=True) the prompt goes through the model once, and each
+step feeds only the newest token, whose K and V join the cache. Without it, every
+step feeds the whole sequence again, as a model without memory must (the loop in
+rasbt/LLMs-from-scratch ch04 before its KV-cache diff). Both give the same tokens.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .models import KVLibError
+
+
+@dataclass
+class Generation:
+    prompt_ids: list
+    ids: list = field(default_factory=list)  # new tokens only
+    text: str = ""
+    step_seconds: list = field(default_factory=list)  # step 0 is the prefill
+    cache: object = None
+    stop_reason: str = ""
+
+
+def sample(logits, temperature=0.0, top_k=None, top_p=None, generator=None):  # [V] -> token id
+    """Greedy at temperature 0; else softmax(logits / temperature) over the top-k / top-p set."""
+    if temperature == 0:
+        return int(logits.argmax())
+    logits = logits.float() / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.numel())).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        cum = torch.softmax(sorted_logits, -1).cumsum(-1)
+        drop = cum - torch.softmax(sorted_logits, -1) >= top_p  # keep the smallest set reaching top_p
+        logits = logits.masked_fill(drop.scatter(0, order, drop), float("-inf"))
+    probs = torch.softmax(logits, -1).cpu()
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def check_sampling(max_new_tokens, temperature, top_k, top_p):
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise KVLibError(f"max_new_tokens must be a whole number of at least 1, not {max_new_tokens!r}")
+    if temperature < 0:
+        raise KVLibError("temperature must be 0 (greedy) or more")
+    if top_k is not None and top_k < 1:
+        raise KVLibError("top_k must be at least 1 (or None for no limit)")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise KVLibError("top_p must be in (0, 1] (or None for no limit)")
+
+
+def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, top_k=None, top_p=None,
+             seed=None, on_token=None, stop_at_eos=True):
+    """Continue `prompt` (text or ids). on_token(id, text_piece) is called as each token arrives.
+
+    Stops after max_new_tokens, at the end-of-text token, or when the context is full
+    (gen.stop_reason says which)."""
+    check_sampling(max_new_tokens, temperature, top_k, top_p)
+    prompt_ids = model.check_ids(prompt).tolist()
+    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    gen = Generation(prompt_ids=prompt_ids, cache=model.new_cache() if use_cache else None)
+    ids, feed = list(prompt_ids), list(prompt_ids)
+    while True:
+        t0 = time.perf_counter()
+        logits = model.forward(feed, cache=gen.cache, last_only=True)[-1]
+        token = sample(logits, temperature, top_k, top_p, generator)
+        gen.step_seconds.append(time.perf_counter() - t0)
+        ids.append(token)
+        gen.ids.append(token)
+        text = model.decode(gen.ids)
+        piece, gen.text = text[len(gen.text):], text
+        if on_token is not None:
+            on_token(token, piece)
+        if len(gen.ids) == max_new_tokens:
+            gen.stop_reason = f"max_new_tokens ({max_new_tokens}) reached"
+        elif stop_at_eos and token == model.eos_token_id:
+            gen.stop_reason = "end-of-text token"
+        elif len(ids) >= model.config.n_ctx:
+            gen.stop_reason = f"context full: {model.name} holds {model.config.n_ctx} tokens"
+        if gen.stop_reason:
+            return gen
+        feed = [token] if use_cache else ids

@@ -1,0 +1,38 @@
+"""Trace: what attention saw in one forward pass, per layer and head.
+
+Pass a Trace to `Model.forward` and each layer records its tensors (as
+`encode_and_show_work` in karpathy/minGPT's bpe.py returns every intermediate):
+    x        [T, C]          the layer-normed input that attention projects (E)
+    q, k, v  [nh, T, hs]     the new tokens' queries, keys and values
+    scores   [nh, T, S]      q . k / sqrt(hs), -inf above the diagonal
+    weights  [nh, T, S]      softmax of scores; each row sums to 1
+    out      [nh, T, hs]     weights . v, before the output projection
+S counts the cached tokens too. A Trace holds one pass: pass a new one per step.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class LayerTrace:
+    x: torch.Tensor
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    scores: torch.Tensor
+    weights: torch.Tensor
+    out: torch.Tensor
+
+
+class Trace:
+    def __init__(self):
+        self.layers = []
+
+    def recorder(self, layer):
+        """A callback for layer `layer` that stores detached copies of its tensors."""
+        def record(**tensors):
+            del self.layers[layer:]  # a reused trace starts over at layer 0
+            self.layers.append(LayerTrace(**{k: t.detach().clone() for k, t in tensors.items()}))
+        return record

@@ -1,0 +1,30 @@
+import subprocess
+import sys
+
+
+def kvlib_cli(*args):
+    return subprocess.run([sys.executable, "-m", "kvlib", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_generate_streams_then_shows_the_cache_per_layer(tiny):
+    r = kvlib_cli("generate", "To be, or not", "--model", "tiny", "--max-new-tokens", "8")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("To be, or not")
+    n = len(tiny.encode("To be, or not")) + 7
+    for i in range(tiny.config.n_layer):
+        assert f"layer  {i}: K (4, {n}, 64)  V (4, {n}, 64)  {n * 4 * 64 * 4 * 2:,} bytes" in r.stdout
+    assert f"{8192:,} bytes per token" in r.stdout
+
+
+def test_generate_reports_bad_input_without_a_traceback():
+    r = kvlib_cli("generate", "", "--model", "tiny")
+    assert r.returncode != 0 and "empty" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_runs_all_four_side_by_side():
+    r = kvlib_cli("bench", "--prompt-tokens", "4", "--new-tokens", "3")
+    assert r.returncode == 0, r.stderr
+    for label in ("kvlib, cached", "transformers, cached", "kvlib, uncached", "transformers, uncached"):
+        assert label in r.stdout
+    assert "same tokens in all four runs: True" in r.stdout
+    assert "bandwidth floor" in r.stdout

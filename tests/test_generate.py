@@ -1,0 +1,37 @@
+import torch
+
+import kvlib
+
+
+def test_on_token_streams_every_token_in_order(tiny):
+    seen = []
+    gen = kvlib.generate(tiny, "ROMEO.\n", 12, on_token=lambda i, piece: seen.append((i, piece)))
+    assert [i for i, _ in seen] == gen.ids
+    assert "".join(p for _, p in seen) == gen.text == tiny.decode(gen.ids)
+    assert len(gen.step_seconds) == len(gen.ids)
+
+
+def test_sampling_is_reproducible_with_a_seed(tiny):
+    a = kvlib.generate(tiny, "JULIET.\n", 20, temperature=1.0, top_k=50, seed=7)
+    b = kvlib.generate(tiny, "JULIET.\n", 20, temperature=1.0, top_k=50, seed=7)
+    assert a.ids == b.ids
+
+
+def test_top_k_1_and_tiny_top_p_are_greedy(tiny):
+    greedy = kvlib.generate(tiny, "To be, or not", 10).ids
+    assert kvlib.generate(tiny, "To be, or not", 10, temperature=0.8, top_k=1, seed=1).ids == greedy
+    assert kvlib.generate(tiny, "To be, or not", 10, temperature=0.8, top_p=1e-6, seed=1).ids == greedy
+
+
+def test_sample_respects_top_p():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    picks = {kvlib.generate.__globals__["sample"](logits, 1.0, None, 0.7, torch.Generator().manual_seed(s))
+             for s in range(200)}
+    assert picks == {0, 1}
+
+
+def test_generation_stops_when_the_context_is_full(tiny):
+    n_ctx = tiny.config.n_ctx
+    gen = kvlib.generate(tiny, [1] * (n_ctx - 3), 50)
+    assert len(gen.prompt_ids) + len(gen.ids) == n_ctx
+    assert "context full" in gen.stop_reason

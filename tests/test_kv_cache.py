@@ -1,0 +1,120 @@
+"""Cached == uncached, exact bytes, and a cache that grows without re-copying."""
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kvlib
+
+
+def cached_vs_uncached(model, ids, split):
+    """Prefill ids[:split] into a cache, then feed the rest one token at a time."""
+    cache = model.new_cache()
+    logits = [model.forward(ids[:split], cache=cache)]
+    logits += [model.forward([t], cache=cache) for t in ids[split:]]
+    assert len(cache) == len(ids)
+    return torch.cat(logits), model.forward(ids)
+
+
+def prompts(vocab, max_len):
+    return st.lists(st.integers(0, vocab - 1), min_size=2, max_size=max_len).flatmap(
+        lambda ids: st.tuples(st.just(ids), st.integers(1, len(ids) - 1)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=prompts(4096, 40))
+def test_cached_equals_uncached_tiny(tiny, case):
+    ids, split = case
+    cached, plain = cached_vs_uncached(tiny, ids, split)
+    assert (cached - plain).abs().max() < 1e-4
+    assert cached.argmax(-1).tolist() == plain.argmax(-1).tolist()
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=prompts(50257, 12))
+def test_cached_equals_uncached_random_gpt2(random_gpt2, case):
+    ids, split = case
+    cached, plain = cached_vs_uncached(random_gpt2, ids, split)
+    assert (cached[-1] - plain[-1]).abs().max() < 1e-4
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(alphabet="abcdefghij ,.\nROMEO", min_size=1, max_size=60), n=st.integers(1, 12))
+def test_cached_decoding_gives_the_same_tokens(tiny, text, n):
+    a = kvlib.generate(tiny, text, n, use_cache=True, stop_at_eos=False)
+    b = kvlib.generate(tiny, text, n, use_cache=False, stop_at_eos=False)
+    assert a.ids == b.ids
+    assert len(a.cache) == len(a.prompt_ids) + len(a.ids) - 1  # the last token is not fed yet
+
+
+def test_greedy_generation_matches_on_random_gpt2(random_gpt2):
+    a = kvlib.generate(random_gpt2, list(range(100, 108)), 6, use_cache=True, stop_at_eos=False)
+    b = kvlib.generate(random_gpt2, list(range(100, 108)), 6, use_cache=False, stop_at_eos=False)
+    assert a.ids == b.ids
+
+
+def test_nbytes_is_exact(tiny):
+    cache = tiny.new_cache()
+    assert len(cache) == 0 and cache.nbytes == 0
+    tiny.forward(tiny.encode("Now is the winter of our discontent"), cache=cache)
+    by_tensors = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    assert cache.nbytes == by_tensors
+    c = tiny.config
+    assert cache.nbytes == len(cache) * 2 * c.n_layer * c.n_embd * 4
+
+
+def test_random_gpt2_holds_73728_bytes_per_token(random_gpt2):
+    cache = random_gpt2.new_cache()
+    random_gpt2.forward(list(range(10)), cache=cache)
+    random_gpt2.forward([11], cache=cache)
+    assert cache.layers[0].keys.shape == (12, 11, 64)
+    assert cache.nbytes == 11 * 73_728
+
+
+def test_growth_does_not_recopy_every_step(tiny):
+    cache = tiny.new_cache()
+    tiny.forward([1, 2, 3], cache=cache)
+    buffers = set()
+    for t in range(200):
+        tiny.forward([t], cache=cache)
+        buffers.add(cache.layers[0].keys.data_ptr())
+    assert len(buffers) <= 8  # doubling: a handful of reallocations, not 200
+
+
+def test_copy_is_independent_and_freeze_protects(tiny):
+    cache = tiny.new_cache()
+    tiny.forward([5, 6, 7], cache=cache)
+    twin = cache.copy()
+    tiny.forward([8], cache=twin)
+    assert len(cache) == 3 and len(twin) == 4
+    assert torch.equal(twin.layers[2].keys[:, :3], cache.layers[2].keys)
+    cache.freeze()
+    try:
+        tiny.forward([9], cache=cache)
+        raise AssertionError("a frozen cache accepted an append")
+    except ValueError as e:
+        assert "copy" in str(e)
+
+
+def test_trace_records_attention(tiny):
+    ids = tiny.encode("Mary had a little lamb")
+    trace = kvlib.Trace()
+    tiny.forward(ids, trace=trace)
+    c, T = tiny.config, len(ids)
+    assert len(trace.layers) == c.n_layer
+    layer = trace.layers[1]
+    assert layer.q.shape == layer.k.shape == layer.v.shape == layer.out.shape == (c.n_head, T, c.head_dim)
+    assert layer.scores.shape == layer.weights.shape == (c.n_head, T, T)
+    upper = torch.ones(T, T, dtype=torch.bool).triu(1)
+    assert torch.isneginf(layer.scores[:, upper]).all()
+    assert (layer.weights[:, upper] == 0).all()
+    assert torch.allclose(layer.weights.sum(-1), torch.ones(c.n_head, T))
+
+
+def test_trace_with_cache_sees_all_tokens(tiny):
+    cache = tiny.new_cache()
+    tiny.forward([10, 11, 12, 13], cache=cache)
+    trace = kvlib.Trace()
+    tiny.forward([14], cache=cache, trace=trace)
+    assert trace.layers[0].scores.shape == (tiny.config.n_head, 1, 5)
+    assert torch.equal(trace.layers[0].k[:, 0], cache.layers[0].keys[:, 4])
