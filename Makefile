@@ -23,15 +23,15 @@ bench: $(STAMP)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml etc/jupyterlab-overrides.json
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 	$(PY) -m pip install -q -e ".[test]"
-	# JupyterLab without its news and update pop-ups (they need the internet)
+	# JupyterLab without news and update pop-ups (they need the internet), and with every
+	# cell kept in the page (no windowing), so long outputs scroll smoothly and tests see them
 	mkdir -p $(VENV)/share/jupyter/lab/settings
-	echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
-		> $(VENV)/share/jupyter/lab/settings/overrides.json
+	cp etc/jupyterlab-overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $(STAMP)
 
 clean:

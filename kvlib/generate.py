@@ -54,7 +54,8 @@ def check_sampling(max_new_tokens, temperature, top_k, top_p):
 
 def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, top_k=None, top_p=None,
              seed=None, on_token=None, stop_at_eos=True):
-    """Continue `prompt` (text or ids). on_token(id, text_piece) is called as each token arrives.
+    """Continue `prompt` (text or ids). on_token(id, text_piece) is called as each token arrives
+    and may return False to stop (a Stop button).
 
     Stops after max_new_tokens, at the end-of-text token, or when the context is full
     (gen.stop_reason says which)."""
@@ -72,9 +73,9 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
         gen.ids.append(token)
         text = model.decode(gen.ids)
         piece, gen.text = text[len(gen.text):], text
-        if on_token is not None:
-            on_token(token, piece)
-        if len(gen.ids) == max_new_tokens:
+        if on_token is not None and on_token(token, piece) is False:
+            gen.stop_reason = "stopped by on_token"
+        elif len(gen.ids) == max_new_tokens:
             gen.stop_reason = f"max_new_tokens ({max_new_tokens}) reached"
         elif stop_at_eos and token == model.eos_token_id:
             gen.stop_reason = "end-of-text token"

@@ -6,7 +6,6 @@ Hugging Face loads the checkpoint, and its weights become the plain tensors that
 
 import os
 import socket
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -197,8 +196,8 @@ def default_name():
         return os.environ["KVLIB_MODEL"]
     if in_hf_cache("gpt2"):
         return "gpt2"
-    print(f"kvlib: using the bundled 'tiny' Shakespeare model; for real GPT-2 run `{DOWNLOAD_HINT}`",
-          file=sys.stderr)
+    # stdout, not stderr: a notebook shows stderr in red, and this is news, not an error
+    print(f"kvlib: using the bundled 'tiny' Shakespeare model; for real GPT-2 run `{DOWNLOAD_HINT}`")
     return "tiny"
 
 

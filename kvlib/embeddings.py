@@ -1,0 +1,84 @@
+"""Embeddings: each token id picks a row of a table, a point in n_embd dimensions.
+
+Projections to 1, 2 and 3 dimensions (PCA) show families of tokens (numbers, kin,
+names...) that overlap on a line and come apart as dimensions are added;
+`separation` counts it. The position embedding is a second table added in, so the
+same token at two positions enters the model as two different points.
+"""
+
+import torch
+
+from .models import KVLibError
+
+# candidate families; each model keeps the words that are one token in its own vocabulary
+FAMILIES = {
+    "numbers": "one two three four five six seven eight nine ten twenty hundred thousand",
+    "kin and rank": "king queen lord lady duke prince father mother brother sister son daughter wife husband",
+    "names": "Romeo Juliet Hamlet Caesar Brutus Richard Henry John Edward Antonio",
+    "body": "hand eye head heart face blood tongue arm",
+    "verbs": "go come speak say give take make tell know see hear",
+}
+
+
+def families(model, per_family=8, min_size=4):  # -> {family: [(word, id)]}
+    """Words of each family that the model's tokenizer keeps whole (with GPT-2's leading space)."""
+    out = {}
+    for family, words in FAMILIES.items():
+        whole = [(w, ids[0]) for w in words.split() if len(ids := model.encode(" " + w)) == 1]
+        if len(whole) >= min_size:
+            out[family] = whole[:per_family]
+    return out
+
+
+def table(model):  # the token embedding table [V, C]
+    return model.params["wte.weight"]
+
+
+def lookup(model, ids):  # list[int] -> [T, C]
+    return table(model)[torch.as_tensor(ids, device=model.device)]
+
+
+def pca(x, dims):  # [N, C] -> [N, dims]
+    if not 1 <= dims <= min(x.shape):
+        raise KVLibError(f"can project {x.shape[0]} points to 1..{min(x.shape)} dimensions, not {dims}")
+    centred = x - x.mean(0)
+    _, _, v = torch.linalg.svd(centred.float(), full_matrices=False)
+    return centred.float() @ v[:dims].T
+
+
+def project(model, fams, dims):  # -> coords [N, dims], words, family labels
+    words = [w for f in fams.values() for w, _ in f]
+    labels = [name for name, f in fams.items() for _ in f]
+    ids = [i for f in fams.values() for _, i in f]
+    return pca(lookup(model, ids).cpu(), dims), words, labels
+
+
+def separation(coords, labels):
+    """Share of points whose nearest family centre (left out of it) is their own family."""
+    labels = list(labels)
+    hits = 0
+    for i in range(len(labels)):
+        keep = [j for j in range(len(labels)) if j != i]
+        centres = {f: coords[[j for j in keep if labels[j] == f]].mean(0) for f in set(labels)}
+        nearest = min(centres, key=lambda f: torch.dist(coords[i], centres[f]).item())
+        hits += nearest == labels[i]
+    return hits / len(labels)
+
+
+def neighbours(model, word, k=8):  # -> [(token text, cosine similarity)]
+    """The k tokens whose embedding rows point most nearly the same way as `word`'s first token."""
+    ids = model.encode(word)
+    if not ids:
+        raise KVLibError("type a word to find its neighbours")
+    emb = table(model).float()
+    sims = torch.nn.functional.cosine_similarity(emb[ids[0]][None], emb, dim=-1)
+    top = sims.topk(k + 1).indices.tolist()
+    return [(model.decode([i]), round(sims[i].item(), 3)) for i in top if i != ids[0]][:k]
+
+
+def with_position(model, token_id, positions):  # -> [len(positions), C]
+    """What enters layer 0: the token's row plus each position's row."""
+    wpe = model.params["wpe.weight"]
+    if max(positions) >= wpe.shape[0]:
+        raise KVLibError(f"positions go up to {wpe.shape[0] - 1} for {model.name}")
+    return table(model)[token_id][None] + wpe[list(positions)]

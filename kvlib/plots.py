@@ -1,0 +1,148 @@
+"""Pictures: data in, matplotlib Figure out. Never takes a model.
+
+Figures are built with `matplotlib.figure.Figure` (not pyplot), so a notebook shows
+exactly the figure returned and nothing piles up in memory. Inputs are checked
+with a hint, as in jessevig/bertviz.
+"""
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+
+
+def _show_figures_inline():
+    """Let a notebook show a returned Figure as a picture without importing pyplot."""
+    try:
+        from IPython import get_ipython
+        from IPython.core.pylabtools import select_figure_formats
+    except ImportError:
+        return
+    if get_ipython() is not None:
+        select_figure_formats(get_ipython(), {"png"}, bbox_inches="tight")
+
+
+_show_figures_inline()
+
+FAMILY_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2"]
+PROMPT, GENERATED, NEW = "#cfe2f3", "#fce5cd", "#f6b26b"
+
+
+def _check_labels(n, labels, what):
+    if labels is not None and len(labels) != n:
+        raise ValueError(f"{len(labels)} {what} labels for {n} {what}s: pass one label per {what}")
+
+
+def loop_diagram(n_layer):
+    """text -> tokens -> embeddings -> n_layer x (attention, feed-forward) -> next token, fed back."""
+    fig = Figure(figsize=(10, 2.8))
+    ax = fig.add_axes([0, 0, 1, 1])
+    ax.set_xlim(0, 10), ax.set_ylim(0, 3), ax.axis("off")
+    boxes = [("text", "#eeeeee"), ("tokens\n(ids)", PROMPT), ("embeddings\n(+ position)", PROMPT),
+             (f"{n_layer} layers:\nattention +\nfeed-forward", "#d9ead3"), ("next-token\nprobabilities", GENERATED),
+             ("pick one\ntoken", NEW)]
+    for i, (label, colour) in enumerate(boxes):
+        x = 0.2 + i * 1.65
+        ax.add_patch(FancyBboxPatch((x, 1.4), 1.3, 1.1, boxstyle="round,pad=0.05", fc=colour, ec="#555555"))
+        ax.text(x + 0.65, 1.95, label, ha="center", va="center", fontsize=10)
+        if i:
+            ax.add_patch(FancyArrowPatch((x - 0.33, 1.95), (x - 0.02, 1.95), arrowstyle="-|>", mutation_scale=14))
+    ax.add_patch(FancyArrowPatch((9.2, 1.35), (2.3, 1.35), connectionstyle="arc3,rad=-0.25", arrowstyle="-|>",
+                                 mutation_scale=16, color="#cc4125", lw=1.8))
+    ax.text(5.6, 0.25, "append the token to the sequence and feed it all back in, until an end token or a limit",
+            ha="center", color="#cc4125", fontsize=10)
+    return fig
+
+
+def input_growth(prompt_tokens, new_tokens):
+    """Row t: what step t feeds the model without a cache: the prompt and every token so far."""
+    steps = len(new_tokens)
+    width = len(prompt_tokens) + steps
+    fig = Figure(figsize=(min(16, 1.2 + 0.75 * width), 0.9 + 0.38 * steps))
+    ax = fig.add_subplot()
+    for t in range(steps):
+        row = list(prompt_tokens) + list(new_tokens[:t])
+        for j, tok in enumerate(row):
+            colour = PROMPT if j < len(prompt_tokens) else GENERATED
+            ax.add_patch(FancyBboxPatch((j + 0.05, -t - 0.4), 0.9, 0.8, boxstyle="round,pad=0.02", fc=colour, ec="white"))
+            ax.text(j + 0.5, -t, repr(tok)[1:-1][:7], ha="center", va="center", fontsize=7)
+        ax.add_patch(FancyBboxPatch((len(row) + 0.05, -t - 0.4), 0.9, 0.8, boxstyle="round,pad=0.02", fc=NEW, ec="k"))
+        ax.text(len(row) + 0.5, -t, repr(new_tokens[t])[1:-1][:7], ha="center", va="center", fontsize=7,
+                weight="bold")
+    ax.set_xlim(0, width + 0.2), ax.set_ylim(-steps + 0.4, 0.6)
+    ax.set_yticks([-t for t in range(steps)], [f"step {t + 1}: {len(prompt_tokens) + t} in" for t in range(steps)])
+    ax.set_xticks([]), ax.spines[:].set_visible(False)
+    ax.set_title("Without a cache every step feeds the whole sequence again (blue: prompt, "
+                 "beige: tokens generated so far, orange: the token this step picks)", fontsize=10, loc="left")
+    fig.tight_layout()
+    return fig
+
+
+def heatmap(matrix, title, xlabel="", ylabel="", row_labels=None, col_labels=None, annotate=None,
+            cmap="RdBu_r", ax=None, colorbar=True):
+    """A matrix as colours, with its numbers written in when it is small enough to read them."""
+    m = np.asarray(matrix, dtype=float)
+    if m.ndim != 2:
+        raise ValueError(f"heatmap takes a 2-D matrix, got shape {m.shape}: pick one layer and head first")
+    _check_labels(m.shape[0], row_labels, "row")
+    _check_labels(m.shape[1], col_labels, "column")
+    fig = ax.figure if ax is not None else Figure(figsize=(min(14, 2 + 0.55 * m.shape[1]), min(9, 1.5 + 0.45 * m.shape[0])))
+    ax = ax or fig.add_subplot()
+    finite = m[np.isfinite(m)]
+    lim = float(np.abs(finite).max()) if finite.size else 1.0
+    centred = cmap == "RdBu_r"
+    im = ax.imshow(np.where(np.isfinite(m), m, np.nan), cmap=cmap, aspect="auto",
+                   vmin=-lim if centred else None, vmax=lim if centred else None)
+    if annotate is None:
+        annotate = m.size <= 160
+    if annotate:
+        for (i, j), v in np.ndenumerate(m):
+            ax.text(j, i, "-inf" if np.isneginf(v) else f"{v:.2f}", ha="center", va="center", fontsize=7,
+                    color="#999999" if not np.isfinite(v) else "black")
+    if row_labels is not None:
+        ax.set_yticks(range(m.shape[0]), row_labels, fontsize=8)
+    if col_labels is not None:
+        ax.set_xticks(range(m.shape[1]), col_labels, fontsize=8, rotation=60, ha="right")
+    ax.set_title(title, fontsize=10), ax.set_xlabel(xlabel), ax.set_ylabel(ylabel)
+    if colorbar:
+        fig.colorbar(im, ax=ax, fraction=0.04)
+    if ax is fig.axes[0]:
+        fig.tight_layout()
+    return fig
+
+
+def projection(coords, words, labels, title):
+    """Words as points in 1, 2 or 3 dimensions, one colour per family."""
+    coords = np.asarray(coords, dtype=float)
+    dims = coords.shape[1]
+    if dims not in (1, 2, 3):
+        raise ValueError(f"projection draws 1, 2 or 3 dimensions, got {dims}: project first (embeddings.pca)")
+    _check_labels(len(coords), words, "point")
+    families = list(dict.fromkeys(labels))
+    fig = Figure(figsize=(9, 2.6 if dims == 1 else 6.5))
+    ax = fig.add_subplot(projection="3d" if dims == 3 else None)
+    for k, family in enumerate(families):
+        idx = [i for i, f in enumerate(labels) if f == family]
+        pts = coords[idx]
+        colour = FAMILY_COLOURS[k % len(FAMILY_COLOURS)]
+        xyz = [pts[:, 0], np.zeros(len(pts)) if dims == 1 else pts[:, 1]] + ([pts[:, 2]] if dims == 3 else [])
+        ax.scatter(*xyz, color=colour, label=family, s=40, alpha=0.8)
+        for n, i in enumerate(idx):
+            if dims == 1:
+                ax.annotate(words[i], (coords[i, 0], 0), xytext=(0, 8 + 9 * (n % 4)), textcoords="offset points",
+                            fontsize=7, color=colour, rotation=60)
+            elif dims == 2:
+                ax.annotate(words[i], coords[i], xytext=(3, 3), textcoords="offset points", fontsize=8, color=colour)
+            else:
+                ax.text(*coords[i], words[i], fontsize=7, color=colour)
+    if dims == 1:
+        ax.set_yticks([]), ax.set_ylim(-0.5, 2), ax.spines[["left", "right", "top"]].set_visible(False)
+    ax.set_xlabel("component 1")
+    if dims >= 2:
+        ax.set_ylabel("component 2")
+    if dims == 3:
+        ax.set_zlabel("component 3")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1) if dims == 3 else None)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig

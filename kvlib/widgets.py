@@ -1,0 +1,244 @@
+"""Interactive apps for the notebooks, composed from the engine and the plots.
+
+Each app is an ipywidgets box: display it, or drive it headless by setting `.value`
+and calling `.click()` (as the tests do). Bad input shows a message in place and
+the app keeps working (the ipywidgets pattern of an error area beside the output).
+Slow work waits for `continuous_update=False` sliders.
+"""
+
+import html
+import threading
+
+import ipywidgets as W
+from IPython.display import display
+
+from . import embeddings, plots, tokenizers
+from .generate import check_sampling, generate
+
+CHUNK_COLOURS = ["#cfe2f3", "#fce5cd", "#d9ead3", "#ead1dc", "#fff2cc", "#d0e0e3", "#f4cccc", "#d9d2e9"]
+
+
+def _error(message):
+    return f"<div style='color:#b00020;padding:4px 0'>⚠ {html.escape(str(message), quote=False)}</div>"
+
+
+def _show(out, fig):
+    with out:
+        out.clear_output(wait=True)
+        display(fig)
+
+
+def chunk_cells(chunks, start=0, style=""):
+    """Coloured chunks with their ids beneath; hovering a chunk gives its id and bytes."""
+    cells = []
+    for k, c in enumerate(chunks, start):
+        text = html.escape(c.text).replace("\n", "↵")
+        tip = html.escape(f"id {c.id} · {len(c.bytes)} bytes {c.bytes!r}")
+        cells.append(
+            f"<span title='{tip}' style='display:inline-block;margin:1px;text-align:center'>"
+            f"<span style='background:{CHUNK_COLOURS[k % len(CHUNK_COLOURS)]};white-space:pre;padding:1px 2px;"
+            f"border-radius:3px;font-family:monospace;{style}'>{text}</span><br>"
+            f"<span style='font-size:9px;color:#666'>{c.id}</span></span>")
+    return "".join(cells)
+
+
+def chunks_html(chunks, title=""):
+    head = f"<div style='font-weight:bold;margin-top:6px'>{html.escape(title)}</div>" if title else ""
+    return f"{head}<div style='line-height:1.1'>{chunk_cells(chunks)}</div>"
+
+
+class Chat(W.VBox):
+    """A prompt box and a Send button that streams the answer token by token, as a chat UI does."""
+
+    def __init__(self, model, prompt="ROMEO.\n", max_new_tokens=40):
+        self.model, self.last = model, None
+        self.prompt = W.Textarea(value=prompt, description="Prompt", layout=W.Layout(width="95%", height="70px"))
+        self.max_tokens = W.BoundedIntText(value=max_new_tokens, min=1, max=10**6, description="Max tokens")
+        self.temperature = W.FloatSlider(value=0.0, min=0.0, max=2.0, step=0.1, description="Temperature",
+                                         continuous_update=False)
+        self.send, self.stop = W.Button(description="Send", button_style="primary", icon="paper-plane"), \
+            W.Button(description="Stop", icon="stop", disabled=True)
+        self.answer = W.HTML()
+        self.status = W.HTML("Greedy (temperature 0) always gives the same answer; raise it to sample.")
+        self._stop, self._thread = threading.Event(), None
+        self.send.on_click(lambda _: self.start())
+        self.stop.on_click(lambda _: self._stop.set())
+        super().__init__([self.prompt, W.HBox([self.max_tokens, self.temperature, self.send, self.stop]),
+                          self.answer, self.status])
+
+    def start(self):
+        try:
+            ids = self.model.check_ids(self.prompt.value)
+            room = self.model.config.n_ctx - len(ids)
+            check_sampling(self.max_tokens.value, self.temperature.value, None, None)
+            if self.max_tokens.value > room:
+                raise ValueError(f"{self.max_tokens.value} tokens do not fit: the prompt holds {len(ids)} of "
+                                 f"the context's {self.model.config.n_ctx}, so at most {room} can follow. Lower "
+                                 f"'Max tokens'.")
+        except ValueError as e:
+            self.status.value = _error(e)
+            return
+        self._stop.clear()
+        self.send.disabled, self.stop.disabled = True, False
+        self._thread = threading.Thread(target=self._run, args=(ids.tolist(),), daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout=None):
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self, ids):
+        streamed = []
+        prompt = html.escape(self.model.decode(ids))
+
+        def on_token(token, piece):
+            streamed.append(piece)
+            n = len(streamed)
+            self.answer.value = (f"<pre style='white-space:pre-wrap;font-size:13px'>{prompt}<b style="
+                                 f"'background:{plots.GENERATED}'>{html.escape(''.join(streamed))}</b>▌</pre>")
+            self.status.value = f"{n} tokens streamed"
+            return not self._stop.is_set()
+
+        try:
+            gen = generate(self.model, ids, self.max_tokens.value, temperature=self.temperature.value,
+                           on_token=on_token)
+            self.last = gen
+            self.answer.value = self.answer.value.replace("▌</pre>", "</pre>")
+            per = sum(gen.step_seconds) / len(gen.step_seconds)
+            self.status.value = (f"{len(gen.ids)} tokens in {sum(gen.step_seconds):.2f} s "
+                                 f"({per * 1e3:.0f} ms per token); stopped: {gen.stop_reason}")
+        except Exception as e:  # a thread's error would vanish: show it in place
+            self.status.value = _error(e)
+        finally:
+            self.send.disabled, self.stop.disabled = False, True
+
+
+class Tokens(W.VBox):
+    """Type text; see it cut into chunks by each tokenizer, with ids, counts and bytes."""
+
+    def __init__(self, model, text="Will will Will's will be done? 轩辕养了一只黄色的虎皮鹦鹉 🦜"):
+        self.model, self.tokenizers = model, tokenizers.available(model)
+        self.text = W.Textarea(value=text, description="Text", layout=W.Layout(width="95%", height="60px"),
+                               continuous_update=False)
+        self.view = W.HTML()
+        self.counts = {}
+        self.text.observe(lambda _: self.update(), names="value")
+        super().__init__([self.text, self.view])
+        self.update()
+
+    def update(self):
+        text = self.text.value
+        try:
+            parts, self.counts = [], {}
+            for tok in self.tokenizers:
+                cs = tokenizers.chunks(tok, text)
+                self.counts[tok.name] = [c.id for c in cs]
+                parts.append(chunks_html(cs, f"{tok.name}: {len(cs)} tokens for {len(text)} characters "
+                                             f"({len(text.encode())} bytes)"))
+            n_model = len(self.counts[self.tokenizers[0].name])
+            if n_model > self.model.config.n_ctx:
+                parts.insert(0, _error(f"{n_model} tokens: longer than {self.model.name}'s context of "
+                                       f"{self.model.config.n_ctx}, so the model could not read all of it"))
+            self.view.value = "".join(parts)
+        except ValueError as e:
+            self.view.value = _error(e)
+
+
+class Divergence(W.VBox):
+    """Two prompts, token by token: where they first differ is where a prompt cache stops hitting."""
+
+    def __init__(self, model, a="To be, or not to be, that is the question", b="To be, or not to be: that is the question"):
+        self.tokenizer = tokenizers.for_model(model)
+        self.a, self.b = (W.Text(value=v, description=d, layout=W.Layout(width="95%"), continuous_update=False)
+                          for v, d in ((a, "Prompt A"), (b, "Prompt B")))
+        self.view, self.index = W.HTML(), None
+        for box in (self.a, self.b):
+            box.observe(lambda _: self.update(), names="value")
+        super().__init__([self.a, self.b, self.view])
+        self.update()
+
+    def update(self):
+        try:
+            ca, cb = tokenizers.chunks(self.tokenizer, self.a.value), tokenizers.chunks(self.tokenizer, self.b.value)
+        except ValueError as e:
+            self.view.value = _error(e)
+            return
+        self.index = tokenizers.first_divergence([c.id for c in ca], [c.id for c in cb])
+        shared = min(len(ca), len(cb)) if self.index is None else self.index
+        note = (f"the first {shared} tokens are shared; they differ from token {self.index} on"
+                if self.index is not None else f"one is a prefix of the other: {shared} tokens shared")
+        rows = "".join(f"<div style='line-height:1.1;margin-top:4px'>{chunk_cells(cs[:shared])}"
+                       f"<span style='border-left:3px solid #cc0000;margin:0 4px'></span>"
+                       f"{chunk_cells(cs[shared:], shared, 'outline:2px solid #cc0000')}</div>" for cs in (ca, cb))
+        self.view.value = f"<div>{note}</div>{rows}"
+
+
+class Lookup(W.VBox):
+    """Token ids ⇄ their embedding rows: the lookup is just picking rows of a table."""
+
+    def __init__(self, model, text="Mary had a little lamb"):
+        self.model = model
+        self.text = W.Text(value=text, description="Text", continuous_update=False)
+        self.mode = W.ToggleButtons(options=["token ids", "embedding rows"], value="token ids")
+        self.info, self.out, self.figure = W.HTML(), W.Output(), None
+        self.text.observe(lambda _: self.update(), names="value")
+        self.mode.observe(lambda _: self.update(), names="value")
+        super().__init__([W.HBox([self.text, self.mode]), self.info, self.out])
+        self.update()
+
+    def update(self):
+        try:
+            ids = self.model.check_ids(self.text.value).tolist()
+        except ValueError as e:
+            self.info.value, self.figure = _error(e), None
+            self.out.clear_output()
+            return
+        words = [self.model.decode([i]) for i in ids]
+        table = embeddings.table(self.model)
+        if self.mode.value == "token ids":
+            self.figure = None
+            self.out.clear_output()
+            self.info.value = chunks_html(tokenizers.chunks(tokenizers.for_model(self.model), self.text.value),
+                                          f"{len(ids)} token ids, each a row number in the embedding table")
+        else:
+            rows = embeddings.lookup(self.model, ids).cpu()
+            self.info.value = (f"{len(ids)} rows picked from the table of shape {tuple(table.shape)} "
+                               f"(vocabulary × dimensions, {table.numel():,} parameters): the result has shape "
+                               f"{tuple(rows.shape)}")
+            self.figure = plots.heatmap(rows, "embedding rows (one per token)", "dimension", "token",
+                                        row_labels=[repr(w) for w in words], annotate=False)
+            _show(self.out, self.figure)
+
+
+class EmbeddingSpace(W.VBox):
+    """Families of tokens projected to 1, 2 or 3 dimensions, and a word's nearest neighbours."""
+
+    def __init__(self, model, dims=1):
+        self.model, self.families = model, embeddings.families(model)
+        self.dims = W.ToggleButtons(options=[("1D", 1), ("2D", 2), ("3D", 3)], value=dims, description="Project to")
+        self.word = W.Text(value="king", description="Neighbours of", continuous_update=False)
+        self.score, self.out, self.neighbour_view = W.HTML(), W.Output(), W.HTML()
+        self.coords = self.figure = None
+        self.dims.observe(lambda _: self.update(), names="value")
+        self.word.observe(lambda _: self.update_neighbours(), names="value")
+        super().__init__([self.dims, self.score, self.out, self.word, self.neighbour_view])
+        self.update()
+        self.update_neighbours()
+
+    def update(self):
+        self.coords, words, labels = embeddings.project(self.model, self.families, self.dims.value)
+        sep = embeddings.separation(self.coords, labels)
+        self.score.value = (f"In {self.dims.value}D, {sep:.0%} of the words sit nearest their own family's "
+                            f"centre ({len(words)} words, {len(self.families)} families).")
+        self.figure = plots.projection(self.coords, words, labels,
+                                       f"{len(words)} token embeddings ({self.model.config.n_embd} dims) "
+                                       f"projected to {self.dims.value}D by PCA")
+        _show(self.out, self.figure)
+
+    def update_neighbours(self):
+        try:
+            pairs = embeddings.neighbours(self.model, self.word.value)
+            self.neighbour_view.value = "nearest tokens (cosine similarity): " + ", ".join(
+                f"<code>{html.escape(repr(t))}</code> {s:.2f}" for t, s in pairs)
+        except ValueError as e:
+            self.neighbour_view.value = _error(e)

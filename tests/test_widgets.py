@@ -1,0 +1,126 @@
+"""The notebook apps, driven headless: set values, click, and check what they produced."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+from matplotlib.figure import Figure
+
+import kvlib
+from kvlib import embeddings, plots, tokenizers, widgets
+
+
+def test_chat_streams_the_same_tokens_as_generate(tiny):
+    chat = widgets.Chat(tiny, prompt="ROMEO.\n", max_new_tokens=15)
+    chat.send.click()
+    chat.wait(60)
+    expected = kvlib.generate(tiny, "ROMEO.\n", 15)
+    assert chat.last.ids == expected.ids
+    assert expected.text.replace("\n", "") in chat.answer.value.replace("\n", "")
+    assert "15 tokens" in chat.status.value and not chat.send.disabled
+
+
+def test_chat_stop_button_ends_generation(tiny):
+    chat = widgets.Chat(tiny, max_new_tokens=400)
+    chat.send.click()
+    chat.stop.click()
+    chat.wait(60)
+    assert chat.last.stop_reason == "stopped by on_token" and len(chat.last.ids) < 400
+
+
+@pytest.mark.parametrize("prompt, max_tokens, words", [
+    ("", 10, "empty"),
+    ("to be " * 400, 10, "context"),
+    ("ROMEO.", 10**6, "Lower 'Max tokens'"),
+])
+def test_chat_shows_bad_input_in_place_and_keeps_working(tiny, prompt, max_tokens, words):
+    chat = widgets.Chat(tiny)
+    chat.prompt.value, chat.max_tokens.value = prompt, max_tokens
+    chat.send.click()
+    assert words in chat.status.value and "⚠" in chat.status.value
+    chat.prompt.value, chat.max_tokens.value = "JULIET.\n", 5
+    chat.send.click()
+    chat.wait(60)
+    assert chat.last.ids == kvlib.generate(tiny, "JULIET.\n", 5).ids
+
+
+def test_tokens_view_uses_each_tokenizers_ids(tiny):
+    app = widgets.Tokens(tiny)
+    app.text.value = "Check out ngrok.ai"
+    for tok in tokenizers.available(tiny):
+        assert app.counts[tok.name] == tok.encode("Check out ngrok.ai")
+        for i in tok.encode("Check out ngrok.ai"):
+            assert f">{i}</span>" in app.view.value
+    assert app.counts["GPT-4o / GPT-5 (o200k_base)"] == [4383, 842, 1657, 17690, 75584]
+
+
+def test_tokens_view_errors_in_place(tiny):
+    app = widgets.Tokens(tiny)
+    app.text.value = ""
+    assert "empty" in app.view.value
+    app.text.value = "x " * 600
+    assert "longer than tiny's context" in app.view.value
+    app.text.value = "will Will"
+    assert "⚠" not in app.view.value
+
+
+def test_divergence_finds_the_first_different_token(tiny):
+    app = widgets.Divergence(tiny, "To be, or not to be", "To be, or not to see")
+    a, b = tiny.encode("To be, or not to be"), tiny.encode("To be, or not to see")
+    assert app.index == tokenizers.first_divergence(a, b) == next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    app.b.value = ""
+    assert "empty" in app.view.value
+
+
+def test_lookup_rows_are_the_table_rows(tiny):
+    app = widgets.Lookup(tiny, "Mary had a little lamb")
+    app.mode.value = "embedding rows"
+    ids = tiny.encode("Mary had a little lamb")
+    assert isinstance(app.figure, Figure)
+    shown = app.figure.axes[0].images[0].get_array()
+    assert shown.shape == (len(ids), tiny.config.n_embd)
+    assert abs(shown[2, 5] - embeddings.table(tiny)[ids[2], 5].item()) < 1e-6
+    app.text.value = ""
+    assert "empty" in app.info.value
+    app.text.value = "lamb"
+    assert app.figure is not None
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_embedding_space_projects_to_the_requested_dimension(tiny, dims):
+    app = widgets.EmbeddingSpace(tiny, dims=1)
+    app.dims.value = dims
+    assert app.coords.shape[1] == dims
+    assert (app.figure.axes[0].name == "3d") == (dims == 3)
+    app.word.value = ""
+    assert "type a word" in app.neighbour_view.value
+    app.word.value = "queen"
+    assert "cosine" in app.neighbour_view.value
+
+
+def test_families_come_from_the_models_vocabulary(tiny):
+    fams = embeddings.families(tiny)
+    assert len(fams) >= 4
+    for members in fams.values():
+        for word, i in members:
+            assert tiny.encode(" " + word) == [i]
+
+
+def test_pca_and_separation():
+    import torch
+    x = torch.cat([torch.randn(10, 5) + 10, torch.randn(10, 5) - 10])
+    coords = embeddings.pca(x, 2)
+    assert coords.shape == (20, 2)
+    assert embeddings.separation(coords, ["a"] * 10 + ["b"] * 10) == 1.0
+
+
+def test_plots_return_figures_and_check_shapes():
+    assert isinstance(plots.loop_diagram(4), Figure)
+    assert isinstance(plots.input_growth(["a", "b"], ["c", "d", "e"]), Figure)
+    with pytest.raises(ValueError, match="2-D"):
+        plots.heatmap([1, 2, 3], "x")
+    with pytest.raises(ValueError, match="one label per row"):
+        plots.heatmap([[1, 2], [3, 4]], "x", row_labels=["a"])
+    with pytest.raises(ValueError, match="project first"):
+        plots.projection([[1, 2, 3, 4]], ["w"], ["f"], "t")
