@@ -9,14 +9,16 @@ STAMP  := $(VENV)/.installed
 TORCH       ?= torch==2.13.0
 TORCH_INDEX ?=
 ROOT_FLAG   := $(if $(filter 0,$(shell id -u)),--allow-root,)
+# the browser tests drive Debian's Chromium with Playwright
+CHROMIUM    := /usr/bin/chromium
 
 .PHONY: lab test bench install clean
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks $(ROOT_FLAG)
 
-test: $(STAMP)
-	$(PY) -m pytest -q tests
+test: $(STAMP) $(CHROMIUM)
+	$(PY) -m pytest -q tests notebooks --nbmake
 
 bench: $(STAMP)
 	$(PY) -m kvlib bench
@@ -25,7 +27,6 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml etc/jupyterlab-overrides.json
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 	$(PY) -m pip install -q -e ".[test]"
 	# JupyterLab without news and update pop-ups (they need the internet), and with every
@@ -33,6 +34,11 @@ $(STAMP): pyproject.toml etc/jupyterlab-overrides.json
 	mkdir -p $(VENV)/share/jupyter/lab/settings
 	cp etc/jupyterlab-overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $(STAMP)
+
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	else echo "The browser tests need Chromium at $(CHROMIUM): sudo apt-get install chromium"; exit 1; fi
 
 clean:
 	rm -rf $(VENV) *.egg-info
