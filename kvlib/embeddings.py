@@ -66,14 +66,18 @@ def separation(coords, labels):
 
 
 def neighbours(model, word, k=8):  # -> [(token text, cosine similarity)]
-    """The k tokens whose embedding rows point most nearly the same way as `word`'s first token."""
-    ids = model.encode(word)
-    if not ids:
+    """The k tokens whose embedding rows point most nearly the same way as `word`'s.
+
+    A word inside a sentence carries its leading space (" king", not "king"), so
+    that is the token looked up when the tokenizer keeps it whole."""
+    if not word.strip():
         raise KVLibError("type a word to find its neighbours")
+    spaced = model.encode(" " + word.strip())
+    token = spaced[0] if len(spaced) == 1 else model.encode(word)[0]
     emb = table(model).float()
-    sims = torch.nn.functional.cosine_similarity(emb[ids[0]][None], emb, dim=-1)
+    sims = torch.nn.functional.cosine_similarity(emb[token][None], emb, dim=-1)
     top = sims.topk(k + 1).indices.tolist()
-    return [(model.decode([i]), round(sims[i].item(), 3)) for i in top if i != ids[0]][:k]
+    return [(model.decode([i]), round(sims[i].item(), 3)) for i in top if i != token][:k]
 
 
 def with_position(model, token_id, positions):  # -> [len(positions), C]

@@ -142,7 +142,7 @@ def projection(coords, words, labels, title):
         ax.set_ylabel("component 2")
     if dims == 3:
         ax.set_zlabel("component 3")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1) if dims == 3 else None)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # beside the plot, never over a word
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig

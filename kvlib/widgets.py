@@ -227,13 +227,13 @@ class EmbeddingSpace(W.VBox):
 
     def update(self):
         self.coords, words, labels = embeddings.project(self.model, self.families, self.dims.value)
-        sep = embeddings.separation(self.coords, labels)
-        self.score.value = (f"In {self.dims.value}D, {sep:.0%} of the words sit nearest their own family's "
-                            f"centre ({len(words)} words, {len(self.families)} families).")
         self.figure = plots.projection(self.coords, words, labels,
                                        f"{len(words)} token embeddings ({self.model.config.n_embd} dims) "
                                        f"projected to {self.dims.value}D by PCA")
         _show(self.out, self.figure)
+        sep = embeddings.separation(self.coords, labels)
+        self.score.value = (f"In {self.dims.value}D, {sep:.0%} of the words sit nearest their own family's "
+                            f"centre ({len(words)} words, {len(self.families)} families).")
 
     def update_neighbours(self):
         try:
