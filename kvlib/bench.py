@@ -62,6 +62,26 @@ def decode(prompt_len=32, new_tokens=128, seed=0, device="cpu"):
             "prompt_len": prompt_len, "new_tokens": new_tokens}
 
 
+def step_seconds(model, prompt_len=32, new_tokens=256, sample_every=32, seed=0):
+    """Seconds per decode step with and without the cache, over one long generation.
+
+    With the cache every step is timed. Without it, a step at length n is one forward
+    pass over n tokens: timed at every `sample_every`-th length (the slow half of a
+    full uncached run would take minutes on a CPU) and interpolated in between."""
+    import numpy as np
+
+    prompt = torch.randint(0, model.config.vocab_size, (prompt_len,), generator=torch.Generator().manual_seed(seed))
+    gen = generate(model, prompt.tolist(), new_tokens, stop_at_eos=False)
+    seq = gen.prompt_ids + gen.ids
+    lengths = np.arange(prompt_len, prompt_len + new_tokens)  # tokens fed by the uncached step
+    sampled = sorted(set(lengths[::sample_every].tolist()) | {int(lengths[-1])})
+    model.forward(seq[:sampled[0]], last_only=True)  # warm up
+    timed_at = [min(timed(lambda: model.forward(seq[:n], last_only=True))[1] for _ in range(2)) for n in sampled]
+    # step 0 is the prompt's prefill for both; after it the cached step feeds one token
+    return {"lengths": lengths, "cached": np.array(gen.step_seconds),
+            "uncached": np.interp(lengths, sampled, timed_at), "sampled": (sampled, timed_at)}
+
+
 def report_decode(r):
     n = r["new_tokens"]
     print(f"random-gpt2 (GPT-2 small shape, fp32), {r['prompt_len']} prompt + {n} new tokens, greedy, "

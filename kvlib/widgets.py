@@ -242,3 +242,165 @@ class EmbeddingSpace(W.VBox):
                 f"<code>{html.escape(repr(t))}</code> {s:.2f}" for t, s in pairs)
         except ValueError as e:
             self.neighbour_view.value = _error(e)
+
+
+def grid_html(weights, tokens, numbers=None):
+    """One head's attention weights as an HTML grid: hover a cell for its value."""
+    T, S = weights.shape
+    numbers = S <= 14 if numbers is None else numbers
+    label = lambda t: html.escape(repr(t)[1:-1])
+    head = "".join(f"<th style='writing-mode:vertical-rl;transform:rotate(180deg);font-weight:normal;"
+                   f"padding:2px'>{label(t)}</th>" for t in tokens)
+    rows = []
+    for i in range(T):
+        q = tokens[S - T + i]
+        cells = "".join(
+            f"<td title='{label(q)} → {label(tokens[j])}: {w:.3f}' style='background:rgba(31,119,180,{w:.3f});"
+            f"width:30px;height:22px;text-align:center;font-size:9px;color:{'white' if w > 0.5 else '#333'}'>"
+            f"{f'{w:.2f}' if numbers else ''}</td>" for j, w in enumerate(weights[i].tolist()))
+        rows.append(f"<tr><th style='text-align:right;font-weight:normal;padding-right:4px'>{label(q)}</th>{cells}</tr>")
+    return ("<table style='border-collapse:collapse'><tr><th style='font-size:9px;color:#666'>looking ↓ / "
+            f"looked at →</th>{head}</tr>{''.join(rows)}</table>")
+
+
+def _layer_head(model):
+    layer = W.Dropdown(options=[(f"layer {l}", l) for l in range(model.config.n_layer)], value=0, description="Layer")
+    head = W.Dropdown(options=[("average of heads", None)] + [(f"head {h}", h) for h in range(model.config.n_head)],
+                      value=0, description="Head")
+    return layer, head
+
+
+def _pick(weights, head):  # [nh, T, S] -> [T, S]
+    return weights.mean(0) if head is None else weights[head]
+
+
+class AttentionExplorer(W.VBox):
+    """Pick a layer and head (or their average); hover the grid for each weight; all heads below."""
+
+    def __init__(self, model, text="Mary had a little lamb, its fleece was white as snow"):
+        from .trace import Trace
+        self.model, self.Trace = model, Trace
+        self.text = W.Text(value=text, description="Text", layout=W.Layout(width="60%"), continuous_update=False)
+        self.layer, self.head = _layer_head(model)
+        self.message, self.grid, self.thumbs = W.HTML(), W.HTML(), W.Output()
+        self.weights = self.trace = None
+        self.text.observe(lambda _: self.run(), names="value")
+        for box in (self.layer, self.head):
+            box.observe(lambda _: self.draw(), names="value")
+        super().__init__([self.text, W.HBox([self.layer, self.head]), self.message, self.grid, self.thumbs])
+        self.run()
+
+    def run(self):
+        try:
+            ids = self.model.check_ids(self.text.value)
+        except ValueError as e:
+            self.message.value = _error(e)
+            return
+        self.trace, self.tokens = self.Trace(), [self.model.decode([i]) for i in ids.tolist()]
+        self.model.forward(ids, trace=self.trace)
+        self.message.value = ""
+        import torch
+        _show(self.thumbs, plots.head_thumbnails(torch.stack([l.weights for l in self.trace.layers]).cpu(), self.tokens))
+        self.draw()
+
+    def draw(self):
+        if self.trace is None:
+            return
+        self.weights = _pick(self.trace.layers[self.layer.value].weights, self.head.value).cpu()
+        which = "average of heads" if self.head.value is None else f"head {self.head.value}"
+        self.grid.value = (f"<b>layer {self.layer.value}, {which}</b>: each row sums to 1; the upper triangle is "
+                           f"0 (a token cannot look ahead)<br>" + grid_html(self.weights, self.tokens))
+
+
+class GridFilling(W.VBox):
+    """Decoding without a cache: each step recomputes the whole grid, one row bigger.
+
+    Step s feeds the prompt and s generated tokens. The old rows come out identical
+    to the step before: that is the work a KV cache saves."""
+
+    def __init__(self, model, prompt="Mary had a little", new_tokens=8):
+        from .memory import forward_macs
+        from .trace import Trace
+        self.model = model
+        gen = generate(model, prompt, new_tokens, stop_at_eos=False)
+        self.prompt_len, seq = len(gen.prompt_ids), gen.prompt_ids + gen.ids
+        self.tokens = [model.decode([i]) for i in seq]
+        self.traces = []
+        for s in range(new_tokens):  # the plain forward pass of step s, as an uncached decoder runs it
+            trace = Trace()
+            model.forward(seq[:self.prompt_len + s], trace=trace)
+            self.traces.append(trace)
+        n = lambda s: self.prompt_len + s
+        self.wasted_macs = [forward_macs(model.config, 0, n(s)) - forward_macs(model.config, n(s) - 1, 1)
+                            for s in range(new_tokens)]
+        self.layer, self.head = _layer_head(model)
+        self.step = W.IntSlider(value=0, min=0, max=new_tokens - 1, description="Step", continuous_update=True)
+        self.play = W.Play(value=0, min=0, max=new_tokens - 1, interval=1500, description="Play")
+        W.jslink((self.play, "value"), (self.step, "value"))
+        self.info, self.out = W.HTML(), W.Output()
+        self.grid = self.figure = None
+        for box in (self.step, self.layer, self.head):
+            box.observe(lambda _: self.draw(), names="value")
+        super().__init__([W.HBox([self.play, self.step, self.layer, self.head]), self.info, self.out])
+        self.draw()
+
+    def grid_at(self, s):  # [T, T] weights of the chosen layer and head at step s
+        return _pick(self.traces[s].layers[self.layer.value].weights, self.head.value).cpu()
+
+    def draw(self):
+        s = self.step.value
+        self.grid = self.grid_at(s)
+        T = len(self.grid)
+        recomputed = list(range(T - 1)) if s else []
+        if s:
+            before = self.grid_at(s - 1)
+            same = (self.grid[:-1, :-1] - before).abs().max().item()
+            note = (f"Rows 0–{T - 2} were computed again and came out the same (largest change {same:.1e}); "
+                    f"only the last row is new. Wasted this step: {T - 1} rows of attention and "
+                    f"{self.wasted_macs[s]:,} multiply-adds in the whole model.")
+        else:
+            note = f"The prompt's {T} tokens: a {T} × {T} grid."
+        self.info.value = f"<b>Step {s}</b>: the model is fed {T} tokens. {note}"
+        which = "average of heads" if self.head.value is None else f"head {self.head.value}"
+        self.figure = plots.attention_grid(self.grid, self.tokens[:T], f"step {s}: layer {self.layer.value}, "
+                                           f"{which}, without a cache", new_rows=[T - 1], recomputed_rows=recomputed)
+        _show(self.out, self.figure)
+
+
+class CacheGrowth(W.VBox):
+    """Decoding with a cache: each step feeds one token, and every layer appends one K row and one V row."""
+
+    def __init__(self, model, prompt="Mary had a little", new_tokens=8):
+        self.model, cache = model, model.new_cache()
+        ids = model.check_ids(prompt).tolist()
+        self.snapshots, self.fed, self.nbytes = [], [], []
+        feed = ids
+        for _ in range(new_tokens):
+            logits = model.forward(feed, cache=cache, last_only=True)
+            self.snapshots.append(cache.copy())
+            self.fed.append(feed)
+            self.nbytes.append(cache.nbytes)
+            feed = [int(logits[-1].argmax())]
+        self.capacity = len(cache)
+        self.step = W.IntSlider(value=0, min=0, max=new_tokens - 1, description="Step")
+        self.play = W.Play(value=0, min=0, max=new_tokens - 1, interval=1500, description="Play")
+        W.jslink((self.play, "value"), (self.step, "value"))
+        self.info, self.out, self.figure, self.shown_bytes = W.HTML(), W.Output(), None, None
+        self.step.observe(lambda _: self.draw(), names="value")
+        super().__init__([W.HBox([self.play, self.step]), self.info, self.out])
+        self.draw()
+
+    def draw(self):
+        s, cache = self.step.value, self.snapshots[self.step.value]
+        flat = lambda t: t.transpose(0, 1).reshape(t.shape[1], -1).cpu()  # [nh, T, hs] -> [T, nh*hs]
+        layers = [(flat(l.keys), flat(l.values), l.nbytes) for l in cache.layers]
+        self.shown_bytes = sum(b for _, _, b in layers)
+        fed = self.fed[s]
+        what = (f"the prompt's {len(fed)} tokens" if s == 0 else f"one token, {self.model.decode(fed)!r}")
+        per_layer = cache.layers[0].nbytes
+        self.info.value = (f"<b>Step {s}</b>: fed {what}. Each layer appended {len(fed)} K row(s) and {len(fed)} "
+                           f"V row(s) and now holds {len(cache)} tokens: {per_layer:,} bytes per layer, "
+                           f"<b>{self.shown_bytes:,} bytes</b> in all {len(cache.layers)} layers.")
+        self.figure = plots.cache_growth(layers, self.capacity,
+                                         f"the KV cache after step {s} (orange: the row just appended)")
+        _show(self.out, self.figure)

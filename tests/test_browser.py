@@ -144,3 +144,34 @@ def test_03_embeddings(browser, lab):
     page.wait_for_timeout(1000)
     assert page.locator(".jp-RenderedImage img").count() == before  # the picture was replaced, not added
     screenshots(page, "03")
+
+
+def test_04_attention(browser, lab):
+    page, errors = open_and_run(browser, lab, "04_attention.ipynb")
+    check_clean(page, errors, "04")
+    cell = page.locator("td[title*='→']").nth(5)
+    cell.scroll_into_view_if_needed()
+    cell.hover()  # the value of a cell on hover
+    assert float(cell.get_attribute("title").rsplit(": ", 1)[1]) >= 0
+    screenshots(page, "04")
+
+
+def test_05_kv_cache_animates(browser, lab):
+    page, errors = open_and_run(browser, lab, "05_kv_cache.ipynb", timeout_s=400)
+    check_clean(page, errors, "05")
+    apps = page.locator(".widget-vbox").filter(has=page.locator(".widget-play"))
+    assert apps.count() == 2
+    for k in range(2):
+        app = apps.nth(k)
+        box = app.locator(".widget-play")
+        readout = app.locator(".widget-readout").first
+        box.scroll_into_view_if_needed()
+        box.locator("button").first.click()  # Play
+        page.wait_for_function("(el) => el.textContent.trim() === '2'", arg=readout.element_handle(), timeout=30_000)
+        page.wait_for_timeout(800)
+        page.screenshot(path=str(shots_dir() / f"05-play{k}-step2.png"))
+        page.wait_for_function("(el) => el.textContent.trim() === '5'", arg=readout.element_handle(), timeout=30_000)
+        page.wait_for_timeout(800)
+        page.screenshot(path=str(shots_dir() / f"05-play{k}-step5.png"))
+        assert "Step 5" in app.inner_text()  # the kernel redrew the picture for the step the slider shows
+    screenshots(page, "05", (".jp-RenderedImage img",))
