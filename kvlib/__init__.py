@@ -3,6 +3,7 @@
 from .generate import Generation, generate
 from .kv_cache import KVCache
 from .models import Config, KVLibError, Model, load_model
+from .prompt_cache import PromptCache
 from .trace import Trace
 
-__all__ = ["Config", "Generation", "KVCache", "KVLibError", "Model", "Trace", "generate", "load_model"]
+__all__ = ["Config", "Generation", "KVCache", "KVLibError", "Model", "PromptCache", "Trace", "generate", "load_model"]

@@ -36,6 +36,7 @@ def main(argv=None):
     b = sub.add_parser("bench", help="kvlib vs transformers, cached vs uncached, side by side")
     b.add_argument("--prompt-tokens", type=int, default=32)
     b.add_argument("--new-tokens", type=int, default=128)
+    b.add_argument("--cache-prompt-tokens", type=int, default=1024, help="prompt length for prompt caching")
     b.add_argument("--device", default="cpu")
     b.set_defaults(run=bench.main)
     d = sub.add_parser("download", help="fetch OpenAI's GPT-2 weights into the Hugging Face cache")

@@ -3,6 +3,8 @@
 decode: tokens/s of kvlib with and without its KV cache and of transformers'
 `generate` with and without its cache, on the same weights and prompt, against the
 memory-bandwidth floor of a decode step (every weight read once per token).
+prompt caching: time to first token of a long prompt cold, warm (all but its last
+tokens cached) and with no prompt cache at all (what a 0 % hit rate costs).
 """
 
 import statistics
@@ -100,5 +102,38 @@ def report_decode(r):
           f"{r['step'] * 1e3:.1f} ms reaches {r['floor'] / r['step']:.0%} of it")
 
 
+def prompt_caching(prompt_len=1024, uncached_tail=16, repeats=3, device="cpu", seed=0):
+    from .prompt_cache import PromptCache
+
+    model = models.load_model("random-gpt2", device)
+    rand = lambda n, s: torch.randint(0, model.config.vocab_size, (n,), generator=torch.Generator().manual_seed(s)).tolist()
+    shared = rand(prompt_len - uncached_tail, seed)
+    warm = PromptCache(model, block_size=16)
+    warm.prefill(shared + rand(1, seed + 1))  # caches the shared part
+    runs = {"no prompt cache": [], "prompt cache, cold (0 % hits)": [], "prompt cache, warm": []}
+    receipt = None
+    for r in range(repeats):  # interleaved, so drift hits all three alike; a new tail each time
+        prompt = shared + rand(uncached_tail, seed + 2 + r)
+        runs["no prompt cache"].append(timed(lambda: model.forward(prompt, cache=model.new_cache(), last_only=True))[1])
+        runs["prompt cache, cold (0 % hits)"].append(PromptCache(model, block_size=16).prefill(prompt).seconds)
+        res = warm.prefill(prompt)
+        runs["prompt cache, warm"].append(res.seconds)
+        receipt = res.receipt
+    return {"runs": {k: statistics.median(v) for k, v in runs.items()}, "receipt": receipt, "prompt_len": prompt_len}
+
+
+def report_prompt_caching(r):
+    t, rc = r["runs"], r["receipt"]
+    print(f"random-gpt2, {r['prompt_len']}-token prompt, time to first token (median of runs):")
+    for label, seconds in t.items():
+        print(f"  {label:<32} {seconds * 1e3:9.1f} ms")
+    print(f"  warm receipt: {rc.input_tokens} input, {rc.cached_tokens} cached, {rc.written_tokens} written")
+    print(f"  warm vs cold: {t['prompt cache, cold (0 % hits)'] / t['prompt cache, warm']:.1f}x faster")
+    print(f"  cost of a 0 % hit rate: {t['prompt cache, cold (0 % hits)'] / t['no prompt cache'] - 1:+.1%} "
+          f"over no prompt cache")
+
+
 def main(args):
     report_decode(decode(args.prompt_tokens, args.new_tokens, device=args.device))
+    print()
+    report_prompt_caching(prompt_caching(args.cache_prompt_tokens, device=args.device))

@@ -37,6 +37,11 @@ class LayerCache:
         self.length = need
         return self.keys, self.values
 
+    def reserve(self, capacity, like):
+        """Make room for `capacity` tokens at once (a prefill that knows its length copies once)."""
+        if self._k is None or capacity > self._k.shape[1]:
+            self._grow(like, capacity)
+
     def _grow(self, like, capacity):
         nh, _, hs = like.shape
         new_k = like.new_empty(nh, capacity, hs)

@@ -404,3 +404,61 @@ class CacheGrowth(W.VBox):
         self.figure = plots.cache_growth(layers, self.capacity,
                                          f"the KV cache after step {s} (orange: the row just appended)")
         _show(self.out, self.figure)
+
+
+BLOCK_COLOURS = {"hit": "#93c47d", "written": "#f6b26b", "computed": "#cccccc"}
+
+
+class PromptCacheStream(W.VBox):
+    """Send a stream of requests through a PromptCache and watch its blocks hit, get written and expire."""
+
+    def __init__(self, pc, requests, pricing=None):
+        """requests: [(label, tenant, prompt text)]; pc: a PromptCache with a clock the app can move."""
+        from . import pricing as prices
+        self.pc, self.requests, self.rows, self.results = pc, requests, [], []
+        self.pricing = pricing or prices.PRICING["anthropic-5m"]
+        self.cost = prices.cost
+        self.next = W.Button(description="Send next request", button_style="primary", icon="paper-plane")
+        self.forward = W.Button(description=f"Fast-forward {pc.ttl // 60 + 1:.0f} min", icon="forward")
+        self.view, self.status = W.HTML(), W.HTML()
+        self.next.on_click(lambda _: self.send())
+        self.forward.on_click(lambda _: self.fast_forward())
+        super().__init__([W.HBox([self.next, self.forward]), self.status, self.view])
+        self.draw()
+
+    def send(self):
+        if len(self.results) == len(self.requests):
+            self.status.value = "All requests sent. Fast-forward the clock or build a new stream."
+            return
+        label, tenant, prompt = self.requests[len(self.results)]
+        events = len(self.pc.events)
+        res = self.pc.prefill(prompt, tenant=tenant)
+        gone = [e for e in self.pc.events[events:] if e[2] in ("expire", "evict")]
+        self.results.append((label, tenant, res, gone))
+        self.draw()
+
+    def fast_forward(self):
+        self.pc.clock.now += self.pc.ttl + 60
+        n = self.pc.expire()
+        self.status.value = f"Clock moved past the TTL: {n} blocks expired."
+        self.draw()
+
+    def draw(self):
+        B = self.pc.block_size
+        rows = []
+        for label, tenant, res, gone in self.results:
+            r = res.receipt
+            blocks = "".join(f"<span title='block {i}: {s}' style='display:inline-block;width:9px;height:14px;"
+                             f"margin-right:1px;background:{BLOCK_COLOURS[s]}'></span>" for i, s in enumerate(r.blocks))
+            rows.append(f"<tr><td>{html.escape(label)}</td><td>{html.escape(tenant)}</td><td>{blocks}</td>"
+                        f"<td>{r.input_tokens}</td><td>{r.cached_tokens}</td><td>{r.written_tokens}</td>"
+                        f"<td>{res.seconds * 1e3:.1f} ms</td><td>{self.cost(r, self.pricing, apply_minimum=False):,.0f}</td>"
+                        f"<td>{len(gone) or ''}</td></tr>")
+        legend = " ".join(f"<span style='background:{c};padding:0 6px'>{k}</span>" for k, c in BLOCK_COLOURS.items())
+        self.view.value = (
+            f"<div>clock {self.pc.clock():.0f} s · TTL {self.pc.ttl} s · blocks of {B} tokens · cache holds "
+            f"{self.pc.nbytes:,} bytes · cost in units of one uncached input token at {self.pricing.provider}'s "
+            f"ratios (as if past its {self.pricing.min_tokens:,}-token minimum) · "
+            f"{legend}</div><table style='border-collapse:collapse' cellpadding='3'><tr><th>request</th><th>tenant</th>"
+            f"<th>blocks</th><th>input</th><th>cached</th><th>written</th><th>prefill</th><th>cost</th>"
+            f"<th>expired/evicted</th></tr>{''.join(rows)}</table>")

@@ -22,9 +22,10 @@ def test_generate_reports_bad_input_without_a_traceback():
 
 
 def test_bench_runs_all_four_side_by_side():
-    r = kvlib_cli("bench", "--prompt-tokens", "4", "--new-tokens", "3")
+    r = kvlib_cli("bench", "--prompt-tokens", "4", "--new-tokens", "3", "--cache-prompt-tokens", "40")
     assert r.returncode == 0, r.stderr
     for label in ("kvlib, cached", "transformers, cached", "kvlib, uncached", "transformers, uncached"):
         assert label in r.stdout
     assert "same tokens in all four runs: True" in r.stdout
     assert "bandwidth floor" in r.stdout
+    assert "warm receipt: 40 input, 16 cached, 16 written" in r.stdout  # 24 shared -> one 16-token block hit
