@@ -149,14 +149,13 @@ def load_hf(path_or_id, local_only=True):
 
 def random_gpt2(seed=0):
     """GPT-2 small's exact shape with random weights: honest speed and memory at the real size."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         hf = GPT2LMHeadModel(GPT2Config()).eval()
     # real GPT-2's tokenizer if it is here, else tiny's (its ids are a subset of the 50257)
     tok_src = HUB_IDS["gpt2"] if in_hf_cache("gpt2") else TINY_DIR
-    from transformers import AutoTokenizer
     return hf, AutoTokenizer.from_pretrained(tok_src, local_files_only=True)
 
 

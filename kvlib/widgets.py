@@ -10,10 +10,13 @@ import html
 import threading
 
 import ipywidgets as W
+import torch
 from IPython.display import display
 
-from . import embeddings, plots, tokenizers
+from . import embeddings, plots, pricing, tokenizers
 from .generate import check_sampling, generate
+from .memory import forward_macs
+from .trace import Trace
 
 CHUNK_COLOURS = ["#cfe2f3", "#fce5cd", "#d9ead3", "#ead1dc", "#fff2cc", "#d0e0e3", "#f4cccc", "#d9d2e9"]
 
@@ -278,8 +281,7 @@ class AttentionExplorer(W.VBox):
     """Pick a layer and head (or their average); hover the grid for each weight; all heads below."""
 
     def __init__(self, model, text="Mary had a little lamb, its fleece was white as snow"):
-        from .trace import Trace
-        self.model, self.Trace = model, Trace
+        self.model = model
         self.text = W.Text(value=text, description="Text", layout=W.Layout(width="60%"), continuous_update=False)
         self.layer, self.head = _layer_head(model)
         self.message, self.grid, self.thumbs = W.HTML(), W.HTML(), W.Output()
@@ -296,10 +298,9 @@ class AttentionExplorer(W.VBox):
         except ValueError as e:
             self.message.value = _error(e)
             return
-        self.trace, self.tokens = self.Trace(), [self.model.decode([i]) for i in ids.tolist()]
+        self.trace, self.tokens = Trace(), [self.model.decode([i]) for i in ids.tolist()]
         self.model.forward(ids, trace=self.trace)
         self.message.value = ""
-        import torch
         _show(self.thumbs, plots.head_thumbnails(torch.stack([l.weights for l in self.trace.layers]).cpu(), self.tokens))
         self.draw()
 
@@ -319,8 +320,6 @@ class GridFilling(W.VBox):
     to the step before: that is the work a KV cache saves."""
 
     def __init__(self, model, prompt="Mary had a little", new_tokens=8):
-        from .memory import forward_macs
-        from .trace import Trace
         self.model = model
         gen = generate(model, prompt, new_tokens, stop_at_eos=False)
         self.prompt_len, seq = len(gen.prompt_ids), gen.prompt_ids + gen.ids
@@ -412,12 +411,10 @@ BLOCK_COLOURS = {"hit": "#93c47d", "written": "#f6b26b", "computed": "#cccccc"}
 class PromptCacheStream(W.VBox):
     """Send a stream of requests through a PromptCache and watch its blocks hit, get written and expire."""
 
-    def __init__(self, pc, requests, pricing=None):
+    def __init__(self, pc, requests, prices=None):
         """requests: [(label, tenant, prompt text)]; pc: a PromptCache with a clock the app can move."""
-        from . import pricing as prices
-        self.pc, self.requests, self.rows, self.results = pc, requests, [], []
-        self.pricing = pricing or prices.PRICING["anthropic-5m"]
-        self.cost = prices.cost
+        self.pc, self.requests, self.results = pc, requests, []
+        self.prices = prices or pricing.PRICING["anthropic-5m"]
         self.next = W.Button(description="Send next request", button_style="primary", icon="paper-plane")
         self.forward = W.Button(description=f"Fast-forward {pc.ttl // 60 + 1:.0f} min", icon="forward")
         self.view, self.status = W.HTML(), W.HTML()
@@ -452,13 +449,13 @@ class PromptCacheStream(W.VBox):
                              f"margin-right:1px;background:{BLOCK_COLOURS[s]}'></span>" for i, s in enumerate(r.blocks))
             rows.append(f"<tr><td>{html.escape(label)}</td><td>{html.escape(tenant)}</td><td>{blocks}</td>"
                         f"<td>{r.input_tokens}</td><td>{r.cached_tokens}</td><td>{r.written_tokens}</td>"
-                        f"<td>{res.seconds * 1e3:.1f} ms</td><td>{self.cost(r, self.pricing, apply_minimum=False):,.0f}</td>"
+                        f"<td>{res.seconds * 1e3:.1f} ms</td><td>{pricing.cost(r, self.prices, apply_minimum=False):,.0f}</td>"
                         f"<td>{len(gone) or ''}</td></tr>")
         legend = " ".join(f"<span style='background:{c};padding:0 6px'>{k}</span>" for k, c in BLOCK_COLOURS.items())
         self.view.value = (
             f"<div>clock {self.pc.clock():.0f} s · TTL {self.pc.ttl} s · blocks of {B} tokens · cache holds "
-            f"{self.pc.nbytes:,} bytes · cost in units of one uncached input token at {self.pricing.provider}'s "
-            f"ratios (as if past its {self.pricing.min_tokens:,}-token minimum) · "
+            f"{self.pc.nbytes:,} bytes · cost in units of one uncached input token at {self.prices.provider}'s "
+            f"ratios (as if past its {self.prices.min_tokens:,}-token minimum) · "
             f"{legend}</div><table style='border-collapse:collapse' cellpadding='3'><tr><th>request</th><th>tenant</th>"
             f"<th>blocks</th><th>input</th><th>cached</th><th>written</th><th>prefill</th><th>cost</th>"
             f"<th>expired/evicted</th></tr>{''.join(rows)}</table>")
