@@ -18,7 +18,7 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks $(ROOT_FLAG)
 
 test: $(STAMP) $(CHROMIUM)
-	$(PY) -m pytest -q tests notebooks --nbmake
+	$(PY) -m pytest -q --durations=10 tests notebooks --nbmake
 
 bench: $(STAMP)
 	$(PY) -m kvlib bench
