@@ -10,6 +10,7 @@ tokens cached) and with no prompt cache at all (what a 0 % hit rate costs).
 import statistics
 import time
 
+import numpy as np
 import torch
 
 from . import models
@@ -33,6 +34,11 @@ def weight_bytes(model):
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def random_ids(model, n, seed):
+    """n token ids drawn from the model's vocabulary, the same for the same seed."""
+    return torch.randint(0, model.config.vocab_size, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
 def timed(fn):
     t0 = time.perf_counter()
     out = fn()
@@ -43,13 +49,13 @@ def decode(prompt_len=32, new_tokens=128, seed=0, device="cpu"):
     hf, tok = models.random_gpt2()
     model = models.from_hf("random-gpt2", hf, tok, models.pick_device(device))  # same tensors as hf
     hf = hf.to(model.device)
-    prompt = torch.randint(0, model.config.vocab_size, (prompt_len,), generator=torch.Generator().manual_seed(seed))
+    prompt = random_ids(model, prompt_len, seed)
 
     def ours(use_cache):
-        return generate(model, prompt.tolist(), new_tokens, use_cache=use_cache, stop_at_eos=False).ids
+        return generate(model, prompt, new_tokens, use_cache=use_cache, stop_at_eos=False).ids
 
     def theirs(use_cache):
-        out = hf.generate(prompt[None].to(model.device), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+        out = hf.generate(torch.tensor([prompt], device=model.device), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                           do_sample=False, use_cache=use_cache, pad_token_id=0)
         return out[0, prompt_len:].tolist()
 
@@ -58,9 +64,9 @@ def decode(prompt_len=32, new_tokens=128, seed=0, device="cpu"):
     for label, fn in [("kvlib, cached", lambda: ours(True)), ("transformers, cached", lambda: theirs(True)),
                       ("kvlib, uncached", lambda: ours(False)), ("transformers, uncached", lambda: theirs(False))]:
         rows[label] = timed(fn)
-    step = statistics.median(generate(model, prompt.tolist(), 16, stop_at_eos=False).step_seconds[1:])
-    floor = weight_bytes(model) / read_bandwidth()
-    return {"rows": rows, "step": step, "floor": floor, "weight_bytes": weight_bytes(model),
+    step = statistics.median(generate(model, prompt, 16, stop_at_eos=False).step_seconds[1:])
+    nbytes = weight_bytes(model)
+    return {"rows": rows, "step": step, "floor": nbytes / read_bandwidth(), "weight_bytes": nbytes,
             "prompt_len": prompt_len, "new_tokens": new_tokens}
 
 
@@ -70,18 +76,14 @@ def step_seconds(model, prompt_len=32, new_tokens=256, sample_every=32, seed=0):
     With the cache every step is timed. Without it, a step at length n is one forward
     pass over n tokens: timed at every `sample_every`-th length (the slow half of a
     full uncached run would take minutes on a CPU) and interpolated in between."""
-    import numpy as np
-
-    prompt = torch.randint(0, model.config.vocab_size, (prompt_len,), generator=torch.Generator().manual_seed(seed))
-    gen = generate(model, prompt.tolist(), new_tokens, stop_at_eos=False)
+    gen = generate(model, random_ids(model, prompt_len, seed), new_tokens, stop_at_eos=False)
     seq = gen.prompt_ids + gen.ids
     lengths = np.arange(prompt_len, prompt_len + new_tokens)  # tokens fed by the uncached step
     sampled = sorted(set(lengths[::sample_every].tolist()) | {int(lengths[-1])})
     model.forward(seq[:sampled[0]], last_only=True)  # warm up
     timed_at = [min(timed(lambda: model.forward(seq[:n], last_only=True))[1] for _ in range(2)) for n in sampled]
     # step 0 is the prompt's prefill for both; after it the cached step feeds one token
-    return {"lengths": lengths, "cached": np.array(gen.step_seconds),
-            "uncached": np.interp(lengths, sampled, timed_at), "sampled": (sampled, timed_at)}
+    return {"lengths": lengths, "cached": np.array(gen.step_seconds), "uncached": np.interp(lengths, sampled, timed_at)}
 
 
 def report_decode(r):
@@ -102,38 +104,39 @@ def report_decode(r):
           f"{r['step'] * 1e3:.1f} ms reaches {r['floor'] / r['step']:.0%} of it")
 
 
-def prompt_caching(prompt_len=1024, uncached_tail=16, repeats=3, device="cpu", seed=0):
+PREFILLS = {"none": "no prompt cache", "cold": "prompt cache, cold (0 % hits)", "warm": "prompt cache, warm"}
+
+
+def prompt_caching(model, prompt_len=1024, uncached_tail=16, repeats=3, seed=0):
+    """Median prefill seconds of a prompt whose all but `uncached_tail` tokens are cached (warm),
+    of the same prompt through an empty prompt cache (cold), and with no prompt cache (none)."""
     from .prompt_cache import PromptCache
 
-    model = models.load_model("random-gpt2", device)
-    rand = lambda n, s: torch.randint(0, model.config.vocab_size, (n,), generator=torch.Generator().manual_seed(s)).tolist()
-    shared = rand(prompt_len - uncached_tail, seed)
+    shared = random_ids(model, prompt_len - uncached_tail, seed)
     warm = PromptCache(model, block_size=16)
-    warm.prefill(shared + rand(1, seed + 1))  # caches the shared part
-    runs = {"no prompt cache": [], "prompt cache, cold (0 % hits)": [], "prompt cache, warm": []}
-    receipt = None
+    warm.prefill(shared + random_ids(model, 1, seed + 1))  # caches the shared part
+    runs = {k: [] for k in PREFILLS}
     for r in range(repeats):  # interleaved, so drift hits all three alike; a new tail each time
-        prompt = shared + rand(uncached_tail, seed + 2 + r)
-        runs["no prompt cache"].append(timed(lambda: model.forward(prompt, cache=model.new_cache(), last_only=True))[1])
-        runs["prompt cache, cold (0 % hits)"].append(PromptCache(model, block_size=16).prefill(prompt).seconds)
+        prompt = shared + random_ids(model, uncached_tail, seed + 2 + r)
+        runs["none"].append(timed(lambda: model.forward(prompt, cache=model.new_cache(), last_only=True))[1])
+        runs["cold"].append(PromptCache(model, block_size=16).prefill(prompt).seconds)
         res = warm.prefill(prompt)
-        runs["prompt cache, warm"].append(res.seconds)
-        receipt = res.receipt
-    return {"runs": {k: statistics.median(v) for k, v in runs.items()}, "receipt": receipt, "prompt_len": prompt_len}
+        runs["warm"].append(res.seconds)
+    return {"seconds": {k: statistics.median(v) for k, v in runs.items()}, "receipt": res.receipt,
+            "prompt_len": prompt_len}
 
 
 def report_prompt_caching(r):
-    t, rc = r["runs"], r["receipt"]
+    t, rc = r["seconds"], r["receipt"]
     print(f"random-gpt2, {r['prompt_len']}-token prompt, time to first token (median of runs):")
-    for label, seconds in t.items():
-        print(f"  {label:<32} {seconds * 1e3:9.1f} ms")
+    for key, label in PREFILLS.items():
+        print(f"  {label:<32} {t[key] * 1e3:9.1f} ms")
     print(f"  warm receipt: {rc.input_tokens} input, {rc.cached_tokens} cached, {rc.written_tokens} written")
-    print(f"  warm vs cold: {t['prompt cache, cold (0 % hits)'] / t['prompt cache, warm']:.1f}x faster")
-    print(f"  cost of a 0 % hit rate: {t['prompt cache, cold (0 % hits)'] / t['no prompt cache'] - 1:+.1%} "
-          f"over no prompt cache")
+    print(f"  warm vs cold: {t['cold'] / t['warm']:.1f}x faster")
+    print(f"  cost of a 0 % hit rate: {t['cold'] / t['none'] - 1:+.1%} over no prompt cache")
 
 
 def main(args):
     report_decode(decode(args.prompt_tokens, args.new_tokens, device=args.device))
     print()
-    report_prompt_caching(prompt_caching(args.cache_prompt_tokens, device=args.device))
+    report_prompt_caching(prompt_caching(models.load_model("random-gpt2", args.device), args.cache_prompt_tokens))
