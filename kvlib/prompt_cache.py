@@ -103,10 +103,10 @@ class PromptCache:
                 b.last_used = now
                 self.events.append((now, tenant, "hit", b.depth))
             for layer, cached in enumerate(cache.layers):  # copy while the blocks cannot be evicted
-                if hits:
-                    cached.reserve(len(ids), hits[0].keys[layer])  # the whole prompt: one copy, no regrowth
-                for b in hits:
-                    cached.append(b.keys[layer], b.values[layer])
+                if hits:  # room for the whole prompt, so the hit is copied in once and never regrown
+                    cached.reserve(len(ids), hits[0].keys[layer])
+                    cached.append(torch.cat([b.keys[layer] for b in hits], 1),
+                                  torch.cat([b.values[layer] for b in hits], 1))
         logits = self.model.forward(ids[len(cache):], cache=cache, last_only=True)[-1]
         written = self._store(cache, keys, len(hits), tenant)
         receipt = Receipt(len(ids), len(hits) * self.block_size, written * self.block_size,
