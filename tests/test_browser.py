@@ -171,6 +171,11 @@ def test_05_kv_cache_animates(browser, lab):
                                    arg=[app.element_handle(), step], timeout=60_000)
             page.wait_for_timeout(500)
             page.screenshot(path=str(shots_dir() / f"05-play{k}-step{step}.png"))
+        pause = app.locator(".widget-play button:has(i.fa-pause)")
+        if pause.count():
+            pause.click()  # a playing app keeps replacing its picture, which the screenshots below scroll to
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+    page.wait_for_timeout(1000)
     screenshots(page, "05", (".jp-RenderedImage img",))
 
 
