@@ -30,8 +30,8 @@ def _show(out, fig):
 
     Not by capturing (`with out:` or `out.clear_output()`): a headless runner such as nbclient (so
     nbmake) answers every capture by echoing the outputs to the kernel on the shell channel, and
-    that echo, sent just before the next cell, left the cell's reply unread until its timeout
-    (a 35 s notebook took 335 s in 1 of 4 runs)."""
+    that echo, sent just before the next cell, can leave the cell's reply unread until the cell
+    times out (notebook 5 once took 335 s instead of 35 s under nbmake)."""
     out.outputs = () if fig is None else (
         {"output_type": "display_data", "metadata": {},
          "data": {"image/png": print_figure(fig, "png", bbox_inches="tight", base64=True), "text/plain": repr(fig)}},)

@@ -81,10 +81,13 @@ def test_lookup_rows_are_the_table_rows(tiny):
     shown = app.figure.axes[0].images[0].get_array()
     assert shown.shape == (len(ids), tiny.config.n_embd)
     assert abs(shown[2, 5] - embeddings.table(tiny)[ids[2], 5].item()) < 1e-6
+    [picture] = app.out.outputs  # the widget itself carries its one picture, replaced, never appended
+    assert picture["data"]["image/png"].startswith("iVBOR")  # base64 of a PNG's signature
     app.text.value = ""
-    assert "empty" in app.info.value
+    assert "empty" in app.info.value and app.out.outputs == ()
     app.text.value = "lamb"
-    assert app.figure is not None
+    assert app.figure is not None and len(app.out.outputs) == 1
+    assert app.out.outputs[0]["data"]["image/png"] != picture["data"]["image/png"]
 
 
 @pytest.mark.parametrize("dims", [1, 2, 3])
