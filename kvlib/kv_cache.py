@@ -9,8 +9,6 @@ Storage grows by doubling (as a Python list does), so appending one token does n
 re-copy the whole cache every step; `keys` and `values` are views of what is held.
 """
 
-import torch
-
 
 class LayerCache:
     def __init__(self):

@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import kvlib
 from kvlib import models
 
 
