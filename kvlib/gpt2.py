@@ -76,7 +76,7 @@ def block(x, p, n_head, eps, layer_cache=None, record=None):  # [T, C] -> [T, C]
     return x + ffn(layer_norm(x, p["ln_2.weight"], p["ln_2.bias"], eps), p)
 
 
-def gpt2(ids, params, n_head, eps=1e-5, past_len=0, cache=None, trace=None, last_only=False):  # [T] -> [T, V]
+def gpt2(ids, params, config, past_len=0, cache=None, trace=None, last_only=False):  # [T] -> [T, V]
     """Logits for the new tokens `ids`, which sit at positions past_len .. past_len+T-1.
 
     With a cache, only the new tokens go through the layers; each layer appends its
@@ -85,10 +85,10 @@ def gpt2(ids, params, n_head, eps=1e-5, past_len=0, cache=None, trace=None, last
     pos = torch.arange(past_len, past_len + len(ids), device=ids.device)
     x = params["wte.weight"][ids] + params["wpe.weight"][pos]  # [T, C]
     for i, p in enumerate(params["h"]):
-        x = block(x, p, n_head, eps,
+        x = block(x, p, config.n_head, config.eps,
                   layer_cache=None if cache is None else cache.layers[i],
                   record=None if trace is None else trace.recorder(i))
     if last_only:
         x = x[-1:]  # [1, C]
-    x = layer_norm(x, params["ln_f.weight"], params["ln_f.bias"], eps)
+    x = layer_norm(x, params["ln_f.weight"], params["ln_f.bias"], config.eps)
     return x @ params["wte.weight"].T  # [T, V]: the output head is tied to the token embedding

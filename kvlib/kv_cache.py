@@ -12,19 +12,19 @@ re-copy the whole cache every step; `keys` and `values` are views of what is hel
 
 class LayerCache:
     def __init__(self):
-        self._k = self._v = None  # [nh, capacity, hs] buffers, allocated on first append
+        self._k = self._v = None  # [nkv, capacity, hs] buffers, allocated on first append
         self.length = 0
         self.frozen = False
 
     @property
-    def keys(self):  # [nh, T, hs]
+    def keys(self):  # [nkv, T, hs]
         return self._k[:, :self.length] if self._k is not None else None
 
     @property
-    def values(self):  # [nh, T, hs]
+    def values(self):  # [nkv, T, hs]
         return self._v[:, :self.length] if self._v is not None else None
 
-    def append(self, k, v):  # [nh, T_new, hs] x 2 -> all keys and values [nh, T, hs] x 2
+    def append(self, k, v):  # [nkv, T_new, hs] x 2 -> all keys and values [nkv, T, hs] x 2
         if self.frozen:
             raise ValueError("this cache is frozen (shared); call .copy() and append to the copy")
         need = self.length + k.shape[1]
@@ -64,7 +64,7 @@ class LayerCache:
 
 
 class KVCache:
-    """keys and values of every layer, [n_head, T, head_dim] each."""
+    """keys and values of every layer, [n_kv_heads, T, head_dim] each (n_kv_heads = n_head in GPT-2)."""
 
     def __init__(self, n_layer):
         self.layers = [LayerCache() for _ in range(n_layer)]

