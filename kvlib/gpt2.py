@@ -88,6 +88,8 @@ def gpt2(ids, params, config, past_len=0, cache=None, trace=None, last_only=Fals
         x = block(x, p, config.n_head, config.eps,
                   layer_cache=None if cache is None else cache.layers[i],
                   record=None if trace is None else trace.recorder(i))
+        if trace is not None:
+            trace.block_output(i, x)
     if last_only:
         x = x[-1:]  # [1, C]
     x = layer_norm(x, params["ln_f.weight"], params["ln_f.bias"], config.eps)

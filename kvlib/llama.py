@@ -92,6 +92,8 @@ def llama(ids, params, config, past_len=0, cache=None, trace=None, last_only=Fal
         x = block(x, p, config, cos, sin,
                   layer_cache=None if cache is None else cache.layers[i],
                   record=None if trace is None else trace.recorder(i))
+        if trace is not None:
+            trace.block_output(i, x)
     if last_only:
         x = x[-1:]  # [1, C]
     x = rms_norm(x, params["norm.weight"], config.eps)

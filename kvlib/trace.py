@@ -9,6 +9,8 @@ Pass a Trace to `Model.forward` and each layer records its tensors (as
     scores   [nh, T, S]      q . k / sqrt(hs), -inf above the diagonal
     weights  [nh, T, S]      softmax of scores; each row sums to 1
     out      [nh, T, hs]     weights . v, before the output projection
+    resid    [T, C]          the block's output: the residual stream after attention and
+                             feed-forward, what the next layer reads
 S counts the cached tokens too. A Trace holds one pass: pass a new one per step.
 """
 
@@ -26,6 +28,7 @@ class LayerTrace:
     scores: torch.Tensor
     weights: torch.Tensor
     out: torch.Tensor
+    resid: torch.Tensor = None
 
 
 class Trace:
@@ -38,3 +41,6 @@ class Trace:
             del self.layers[layer:]  # a reused trace starts over at layer 0
             self.layers.append(LayerTrace(**{k: t.detach().clone() for k, t in tensors.items()}))
         return record
+
+    def block_output(self, layer, x):  # [T, C], recorded after the block's two residual adds
+        self.layers[layer].resid = x.detach().clone()
