@@ -28,6 +28,10 @@ def free_port():
         return s.getsockname()[1]
 
 
+class Lab:
+    log = None  # the server's log: the kernels' own errors land here
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """JupyterLab serving a copy of the notebooks (running them must not write outputs into the repo)."""
@@ -41,6 +45,7 @@ def lab(tmp_path_factory):
          "--ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root / 'notebooks'}"],
         stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"), env=env)
     url = f"http://127.0.0.1:{port}"
+    Lab.log = root / "server.log"
     for _ in range(120):
         try:
             urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=1)
@@ -107,6 +112,22 @@ def check_clean(page, errors, name, pictures=True):
     assert page.locator(".jupyter-widgets").count() > 0, f"{name}: no widgets rendered"
     real = [e for e in errors if "favicon" not in e]
     assert not real, f"{name}: console errors: {real[:5]}"
+
+
+def settle(page, errors, name, what):
+    """After an interaction: wait for the kernel, then nothing went wrong anywhere a learner or teacher
+    would see it: no error or stderr output, no ⚠ message from an app, no console error, no traceback
+    in the server's (kernels') log."""
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+    page.wait_for_timeout(300)
+    bad = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    assert bad.count() == 0, f"{name}, after {what}: error output: {bad.first.inner_text()[:500]}"
+    warned = page.locator(".jupyter-widgets:has-text('⚠')")
+    assert warned.count() == 0, f"{name}, after {what}: an app says {warned.first.inner_text()[:300]}"
+    real = [e for e in errors if "favicon" not in e]
+    assert not real, f"{name}, after {what}: console errors: {real[:5]}"
+    log = Lab.log.read_text() if Lab.log else ""
+    assert "Traceback" not in log, f"{name}, after {what}: the server log has a traceback: {log[-2000:]}"
 
 
 def screenshots(page, name, selectors=(".jp-RenderedImage img", ".jupyter-widgets.widget-vbox")):

@@ -1,23 +1,90 @@
-"""Notebooks are committed without outputs (they are executed by nbmake: see Makefile)."""
+"""Notebooks: committed without outputs, built as lessons, and run top to bottom (nbclient).
+
+A lesson has a header (outcomes, time, what it assumes), glossary entries, exercise cells
+tagged `exercise` that call `exercises.check` with a registered id, a recap and "check
+yourself" questions with folded answers. Running it records each cell's time: a cell slower
+than SLOW_S here must follow a markdown cell that warns with ⏱.
+"""
 
 import json
+import re
+from datetime import datetime
 from pathlib import Path
 
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from kvlib import exercises
+
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+SLOW_S = 15  # this 2-core machine is slower than a laptop: ~10 s on a laptop is ~15 s here
+WARNING = "⏱"
+
+
+def cells(path):
+    return json.loads(path.read_text())["cells"]
+
+
+def text(cell):
+    return "".join(cell["source"])
 
 
 def test_there_are_notebooks():
-    assert [p.name[:2] for p in NOTEBOOKS][:3] == ["01", "02", "03"]
+    assert [p.name[:2] for p in NOTEBOOKS][:6] == ["01", "02", "03", "04", "05", "06"]
 
 
 def test_notebooks_are_committed_without_outputs():
     for path in NOTEBOOKS:
-        for cell in json.loads(path.read_text())["cells"]:
+        for cell in cells(path):
             if cell["cell_type"] == "code":
                 assert not cell["outputs"] and cell["execution_count"] is None, f"{path.name} carries outputs"
 
 
 def test_notebooks_open_by_loading_the_model():
     for path in NOTEBOOKS:
-        cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
-        assert "kvlib.load_model(" in "".join(cells[0]["source"]), path.name
+        code = [c for c in cells(path) if c["cell_type"] == "code"]
+        assert "kvlib.load_model(" in text(code[0]), path.name
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_each_notebook_is_a_lesson(path):
+    markdown = "\n".join(text(c) for c in cells(path) if c["cell_type"] == "markdown")
+    for part in ("## What you will learn", "**Time:**", "**You need:**", "## Recap", "## Check yourself", "<details>"):
+        assert part in markdown, f"{path.name} lacks {part!r}"
+    assert markdown.count("> 📖 **") >= 3, f"{path.name}: fewer than 3 glossary entries"
+    words = len(re.findall(r"[A-Za-z][A-Za-z'-]*", markdown))
+    assert 700 <= words <= 1900, f"{path.name}: {words} words of prose"
+    tagged = [c for c in cells(path) if "exercise" in c["metadata"].get("tags", [])]
+    assert len(tagged) >= 2, f"{path.name}: {len(tagged)} exercise cells"
+    for cell in tagged:
+        ids = re.findall(r"exercises\.check\(\s*\"([^\"]+)\"", text(cell))
+        assert ids and all(i in exercises.REGISTRY and i.startswith(path.name[:2] + ".") for i in ids), text(cell)
+
+
+def seconds(cell):
+    t = cell["metadata"].get("execution", {})
+    start, end = t.get("iopub.execute_input"), t.get("shell.execute_reply")
+    if not (start and end):
+        return 0.0
+    parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))
+    return (parse(end) - parse(start)).total_seconds()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
+    """As a learner runs it: the default model (tiny offline), every cell in order, no error, nothing on stderr."""
+    monkeypatch.delenv("KVLIB_MODEL", raising=False)  # the kernel inherits this environment
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=True,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    nbformat.write(nb, tmp_path / path.name)  # kept for a person to look at when a check below fails
+    previous = ""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            previous = cell.source
+        elif seconds(cell) > SLOW_S:
+            assert WARNING in previous, f"{path.name}: a cell took {seconds(cell):.0f} s with no {WARNING} warning " \
+                                        f"before it:\n{cell.source[:300]}"
+        for out in cell.get("outputs", []):
+            assert out.get("name") != "stderr", f"{path.name}: stderr output: {out.get('text', '')[:500]}"

@@ -1,0 +1,89 @@
+"""Exercises: predict, run, check. The notebooks' `exercise` cells call `check`.
+
+Each exercise is registered under an id such as "02.gpt2_tokens" (notebook, name) with a
+function that computes its answer live from the model the notebook passes in, so an
+answer is never typed in and stays right on tiny, SmolLM2 or GPT-2. `check` says right
+or wrong, gives the hint when wrong, and shows the answer and its explanation only when
+the learner presses "Show the answer". Definitions live beside this file, one module
+per notebook (n01.py ...), and are checked by tests with a right and a wrong answer.
+"""
+
+import html
+import importlib
+import math
+import pkgutil
+from dataclasses import dataclass
+
+import ipywidgets as W
+
+from ..models import KVLibError
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str
+    question: str
+    answer: object       # callable(*models) -> the right answer, computed live
+    hint: str
+    explain: str         # why; may use {answer}
+    uses: tuple          # what the notebook passes, for the tests: "model" (its default), "smollm2", ...
+    tolerance: float     # numbers: relative tolerance (0: exact)
+
+    def matches(self, guess, right):
+        if isinstance(right, bool) or not isinstance(right, (int, float)):
+            if isinstance(right, str) and isinstance(guess, str):
+                return guess.strip().lower() == right.strip().lower() if len(right.strip()) == 1 else guess == right
+            return guess == right
+        try:
+            return math.isclose(float(guess), float(right), rel_tol=self.tolerance, abs_tol=1e-12)
+        except (TypeError, ValueError):
+            return False
+
+
+REGISTRY = {}
+
+
+def exercise(id, hint, explain, uses=("model",), tolerance=0.0):
+    """Register the decorated function as the live answer of exercise `id`; its docstring is the question."""
+    def register(fn):
+        if id in REGISTRY:
+            raise ValueError(f"exercise {id!r} is defined twice")
+        REGISTRY[id] = Exercise(id, (fn.__doc__ or "").strip(), fn, hint, explain, tuple(uses), tolerance)
+        return fn
+    return register
+
+
+class Check(W.VBox):
+    """The verdict on one guess, with the answer behind a button."""
+
+    def __init__(self, ex, guess, args):
+        self.exercise, self.args, self.correct = ex, args, None
+        self.verdict, self.answer = W.HTML(), W.HTML()
+        self.reveal = W.Button(description="Show the answer", icon="eye", layout=W.Layout(width="auto"))
+        self.reveal.on_click(lambda _: self.show_answer())
+        if guess is Ellipsis:
+            self.verdict.value = "✏️ Replace <code>...</code> with your prediction, then run this cell again."
+        else:
+            self.correct = ex.matches(guess, ex.answer(*args))
+            self.verdict.value = ("✅ <b>Right.</b>" if self.correct else
+                                  f"❌ <b>Not quite</b> (you said {html.escape(repr(guess))}). Hint: {html.escape(ex.hint)}")
+            if self.correct:
+                self.show_answer()
+        super().__init__([self.verdict, self.reveal, self.answer])
+
+    def show_answer(self):
+        right = self.exercise.answer(*self.args)
+        why = self.exercise.explain.format(answer=right)
+        self.answer.value = f"<b>Answer:</b> <code>{html.escape(repr(right))}</code>. {html.escape(why)}"
+        self.reveal.layout.display = "none"
+
+
+def check(id, guess, *args):
+    """Check a prediction for exercise `id`; args are what its answer is computed from (usually the model)."""
+    if id not in REGISTRY:
+        raise KVLibError(f"no exercise {id!r}: the ids are {', '.join(sorted(REGISTRY))}")
+    return Check(REGISTRY[id], guess, args)
+
+
+for _module in pkgutil.iter_modules(__path__):  # register every notebook's exercises
+    importlib.import_module(f"{__name__}.{_module.name}")
