@@ -1,6 +1,7 @@
 # Two commands: `make lab` opens the tutorial, `make test` runs every test.
 # Both create the environment in .venv first if it is not there yet.
-VENV   ?= .venv
+# setup_kvlib.py makes the environment here
+VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # torch 2.13.0: on a machine with a local CPU wheel pip takes it (minutes, not a multi-GB
@@ -25,21 +26,15 @@ bench: $(STAMP)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml etc/jupyterlab-overrides.json
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
-	$(PY) -m pip install -q -e ".[test]"
-	# JupyterLab without news and update pop-ups (they need the internet), and with every
-	# cell kept in the page (no windowing), so long outputs scroll smoothly and tests see them
-	mkdir -p $(VENV)/share/jupyter/lab/settings
-	cp etc/jupyterlab-overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
-	touch $(STAMP)
+# the steps live in setup_kvlib.py, which also serves laptops without make (Windows, macOS)
+$(STAMP): pyproject.toml etc/jupyterlab-overrides.json setup_kvlib.py
+	python3 setup_kvlib.py install --torch "$(TORCH)" $(if $(TORCH_INDEX),--torch-index $(TORCH_INDEX),)
 
 # SmolLM2-135M, a real pretrained model, for the lessons that need one: fetched and converted once
-# (93 MB, about a minute), then found at once. Without a network set-up goes on (the leading '-'),
-# and the notebooks run on the bundled tiny model.
+# (93 MB, about a minute), then found at once. Without a network set-up goes on, and the
+# notebooks run on the bundled tiny model.
 models: $(STAMP)
-	-$(PY) -m kvlib download smollm2
+	python3 setup_kvlib.py models
 
 $(CHROMIUM):
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

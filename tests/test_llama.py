@@ -173,3 +173,13 @@ def test_apps_run_on_the_llama_family(small_llama):
     chat.send.click()
     chat.wait(60)
     assert chat.last.ids == kvlib.generate(small_llama, "Mary", 4).ids
+
+
+def test_a_llama_variant_kvlib_cannot_run_is_refused_by_name(tmp_path):
+    from transformers import LlamaConfig
+
+    LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                 num_attention_heads=2, attention_bias=True)).save_pretrained(tmp_path)
+    models.gpt2_tokenizer().save_pretrained(tmp_path)
+    with pytest.raises(kvlib.KVLibError, match="biases"):
+        kvlib.load_model(str(tmp_path))
