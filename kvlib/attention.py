@@ -67,3 +67,34 @@ def explain(model, text, layer=0, head=0):
     weights = torch.softmax(masked, dim=-1)
     tokens = [model.decode([i]) for i in ids.tolist()]
     return HeadSteps(tokens, E, WQ, WK, WV, bQ, bK, bV, Q, K, V, scores, masked, weights, weights @ V)
+
+
+def top_next(model, text, k=5, trace=None):  # -> [(token text, probability)] for the token after `text`
+    """What the model really predicts next, best first (fills `trace` when one is passed)."""
+    probs = torch.softmax(model.forward(model.check_ids(text), trace=trace, last_only=True)[-1].float(), dim=-1)
+    top = probs.topk(k)
+    return [(model.decode([i]), p) for i, p in zip(top.indices.tolist(), top.values.tolist())]
+
+
+def most_attended(row, tokens):  # one query's weights [S], S token texts -> (position, token, weight)
+    j = int(row.argmax())
+    return j, tokens[j], row[j].item()
+
+
+def first_token_share(trace):  # -> [L, nh]: the mean weight each head gives the first token
+    """Averaged over the queries after the first (the first token can only look at itself)."""
+    return torch.stack([layer.weights[:, 1:, 0].mean(-1) for layer in trace.layers])
+
+
+def even_first_share(n_tokens):  # what first_token_share would be if every query spread its weight evenly
+    return sum(1 / (i + 1) for i in range(1, n_tokens)) / (n_tokens - 1)
+
+
+def kv_groups(model, layer):  # -> [[query heads]] per K/V head, found by comparing the weights themselves
+    """The query heads that read the very same key weights WK: one group per K/V head."""
+    wk = [head_weights(model, layer, h)[1][0] for h in range(model.config.n_head)]
+    groups = {}  # the group's first head -> its heads
+    for h, w in enumerate(wk):
+        first = next((g for g in groups if torch.equal(wk[g], w)), h)
+        groups.setdefault(first, []).append(h)
+    return list(groups.values())

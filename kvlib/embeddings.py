@@ -4,6 +4,10 @@ Projections to 1, 2 and 3 dimensions (PCA) show families of tokens (numbers, kin
 names...) that overlap on a line and come apart as dimensions are added;
 `separation` counts it. The position embedding is a second table added in, so the
 same token at two positions enters the model as two different points.
+
+Widths of models kvlib does not load, from their papers: Radford et al., "Language Models
+are Unsupervised Multitask Learners" (2019), table 2 (GPT-2 small: 768, XL: 1600); the Llama Team,
+"The Llama 3 Herd of Models" (2024), table 3 (Llama 3 8B: 4096, 70B: 8192).
 """
 
 import torch
@@ -68,19 +72,51 @@ def separation(coords, labels):
     return hits / len(labels)
 
 
+def separation_by_dims(model, max_dims=10):  # -> [separation in 1D, 2D, ..., max_dims D]
+    fams = families(model)
+    scores = []
+    for dims in range(1, max_dims + 1):
+        coords, _, labels = project(model, fams, dims)
+        scores.append(separation(coords, labels))
+    return scores
+
+
+def dims_to_reach(scores, level):  # -> the fewest dimensions whose separation reaches `level` (None: never)
+    return next((d for d, s in enumerate(scores, 1) if s >= level), None)
+
+
+def token_of(model, word):  # -> the token id that stands for `word`
+    if not word.strip():
+        raise KVLibError("type a word: an empty text has no token to look up")
+    spaced = model.encode(" " + word.strip())
+    return spaced[0] if len(spaced) == 1 else model.encode(word)[0]
+
+
+def similarity(model, a, b):  # -> cosine similarity of two words' embedding rows, in [-1, 1]
+    """1: the rows point the same way; 0: at right angles (unrelated); -1: opposite."""
+    rows = table(model)[[token_of(model, a), token_of(model, b)]].float()
+    return torch.nn.functional.cosine_similarity(rows[0], rows[1], dim=0).item()
+
+
 def neighbours(model, word, k=8):  # -> [(token text, cosine similarity)]
     """The k tokens whose embedding rows point most nearly the same way as `word`'s.
 
     A word inside a sentence carries its leading space (" king", not "king"), so
     that is the token looked up when the tokenizer keeps it whole."""
-    if not word.strip():
-        raise KVLibError("type a word to find its neighbours")
-    spaced = model.encode(" " + word.strip())
-    token = spaced[0] if len(spaced) == 1 else model.encode(word)[0]
+    token = token_of(model, word)
     emb = table(model).float()
     sims = torch.nn.functional.cosine_similarity(emb[token][None], emb, dim=-1)
     top = sims.topk(k + 1).indices.tolist()
     return [(model.decode([i]), round(sims[i].item(), 3)) for i in top if i != token][:k]
+
+
+# published widths (n_embd) of models kvlib does not load; the sources are in the module docstring
+PUBLISHED_WIDTHS = {"GPT-2 small (Radford et al. 2019)": 768, "GPT-2 XL (Radford et al. 2019)": 1600,
+                    "Llama 3 8B (Llama Team 2024)": 4096, "Llama 3 70B (Llama Team 2024)": 8192}
+
+
+def widths(models):  # -> {name: dims}: the loaded models' own n_embd, then the published ones
+    return {**{m.name: m.config.n_embd for m in models}, **PUBLISHED_WIDTHS}
 
 
 def with_position(model, token_id, positions):  # -> [len(positions), C]

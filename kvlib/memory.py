@@ -41,3 +41,24 @@ def forward_macs(config, past_len, new_tokens, logits_for=1):
 def decode_step_macs(config, seq_len, cached):
     """The step that produces token seq_len+1: one new token with a cache, all seq_len without."""
     return forward_macs(config, seq_len - 1, 1) if cached else forward_macs(config, 0, seq_len)
+
+
+def decode_step_macs_by_part(config, seq_len, cached):
+    """decode_step_macs split by part (Q projection, ..., logits): where a step's multiply-adds go."""
+    return forward_macs_by_part(config, seq_len - 1, 1) if cached else forward_macs_by_part(config, 0, seq_len)
+
+
+def macs_table(config, lengths):
+    """A text table: millions of multiply-adds of one decode step by part, with and without the cache,
+    at each sequence length in `lengths` (the step that produces the token after them)."""
+    steps = {n: (decode_step_macs_by_part(config, n, True), decode_step_macs_by_part(config, n, False))
+             for n in lengths}
+    parts = list(next(iter(steps.values()))[0]) + ["whole step"]
+    total = lambda macs: sum(macs.values())
+    cell = lambda macs, part: (total(macs) if part == "whole step" else macs[part]) / 1e6
+    width, col = max(map(len, parts)), 19
+    heads = [f"{'':<{width}}" + "".join(f" | {f'{n} tokens':^{col}}" for n in lengths),
+             f"{'millions of multiply-adds':<{width}}" + f" | {'cached':>8} {'uncached':>10}" * len(lengths)]
+    rows = [f"{part:<{width}}" + "".join(f" | {cell(c, part):>8,.1f} {cell(u, part):>10,.0f}"
+                                         for c, u in steps.values()) for part in parts]
+    return "\n".join(heads + ["-" * len(heads[1])] + rows)

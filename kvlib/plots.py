@@ -229,3 +229,182 @@ def step_costs(lengths, cached, uncached, ylabel, title):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def feed_variants(runs, steps=4):
+    """What each variant of the loop fed the model at its first steps, and the token it picked.
+
+    runs: objects with .feed (a name), .fed_tokens (each step's input as text), .from_prompt (how
+    many of those are the prompt's) and .tokens (each step's pick), as generate.feed_loop returns."""
+    runs = list(runs)
+    if not runs:
+        raise ValueError("feed_variants needs at least one run: pass what generate.feed_loop returned")
+    steps = min(steps, min(len(r.tokens) for r in runs))
+    width = max(len(fed) for r in runs for fed in r.fed_tokens[:steps]) + 1
+    fig = Figure(figsize=(min(16, 2.4 + 0.8 * width), 0.9 + len(runs) * (0.45 + 0.36 * steps)))
+    for k, (ax, run) in enumerate(zip(fig.subplots(len(runs), 1, squeeze=False)[:, 0], runs)):
+        for t in range(steps):
+            fed, n_prompt = run.fed_tokens[t], run.from_prompt[t]
+            cells = [(tok, PROMPT if j < n_prompt else GENERATED, "normal") for j, tok in enumerate(fed)]
+            for j, (tok, colour, weight) in enumerate(cells + [(run.tokens[t], NEW, "bold")]):
+                ax.add_patch(FancyBboxPatch((j + 0.05, -t - 0.4), 0.9, 0.8, boxstyle="round,pad=0.02", fc=colour,
+                                            ec="k" if weight == "bold" else "white"))
+                ax.text(j + 0.5, -t, repr(tok)[1:-1][:9], ha="center", va="center", fontsize=7, weight=weight)
+        ax.set_xlim(0, width + 0.2), ax.set_ylim(-steps + 0.4, 0.6)
+        ax.set_yticks([-t for t in range(steps)], [f"step {t + 1}: {len(run.fed_tokens[t])} in" for t in range(steps)],
+                      fontsize=8)
+        ax.set_xticks([]), ax.spines[:].set_visible(False)
+        ax.set_title(f"feed: {run.feed}", fontsize=10, loc="left", weight="bold")
+    fig.suptitle("What each loop feeds the model (blue: prompt, beige: answer so far, orange: the token picked)",
+                 fontsize=10, x=0.02, ha="left")
+    fig.tight_layout()
+    return fig
+
+
+def _table(values, rows, cols, name, row, col):  # -> [rows, cols] array, or a hint
+    v = np.asarray(values, dtype=float)
+    if v.shape != (rows, cols):
+        raise ValueError(f"{name} has shape {v.shape}: pass one row per {row} ({rows}) and one column per {col} ({cols})")
+    return v
+
+
+def _grouped_bars(ax, series, values):  # one bar per series side by side in each group; values [series, groups]
+    width = 0.8 / len(series)
+    return [ax.bar(np.arange(values.shape[1]) + (k - (len(series) - 1) / 2) * width, row, width, label=label,
+                   color=FAMILY_COLOURS[k % len(FAMILY_COLOURS)]) for k, (label, row) in enumerate(zip(series, values))]
+
+
+def temperature_bars(tokens, temperatures, probs):
+    """The top tokens' probabilities at each temperature: probs [len(temperatures), len(tokens)]."""
+    p = _table(probs, len(temperatures), len(tokens), "probs", "temperature", "token")
+    fig = Figure(figsize=(8, 3.4))
+    ax = fig.add_subplot()
+    for bars, row in zip(_grouped_bars(ax, [f"T = {t:g}" for t in temperatures], p), p):
+        ax.bar_label(bars, [f"{v:.2f}" for v in row], fontsize=7)
+    ax.set_xticks(range(len(tokens)), [repr(t) for t in tokens], fontsize=9)
+    ax.set_ylabel("probability"), ax.set_ylim(0, min(1.08, p.max() * 1.15 + 0.02))
+    ax.set_title(f"The same scores at {len(temperatures)} temperatures: low T sharpens, high T flattens", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def token_ratios(labels, names, ratios, baseline="English"):
+    """Tokens for the same text in each language, as a multiple of the baseline's: ratios [len(names), len(labels)]."""
+    r = _table(ratios, len(names), len(labels), "ratios", "tokenizer", "text")
+    fig = Figure(figsize=(9, 3.6))
+    ax = fig.add_subplot()
+    _grouped_bars(ax, names, r)
+    ax.axhline(1, color="#555555", ls="--", lw=1)
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_ylabel(f"tokens, × {baseline}")
+    ax.set_title(f"The same sentence costs more tokens in some languages (dashed: as many as in {baseline})",
+                 fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    return fig
+
+
+def separation_curves(curves, chance, title):
+    """Family separation against the number of PCA dimensions kept: {model name: [score in 1D, 2D, ...]}."""
+    fig = Figure(figsize=(8, 3.6))
+    ax = fig.add_subplot()
+    for k, (name, scores) in enumerate(curves.items()):
+        dims = range(1, len(scores) + 1)
+        ax.plot(dims, scores, marker="o", label=name, color=FAMILY_COLOURS[k % len(FAMILY_COLOURS)])
+    ax.axhline(chance, color="#999999", ls="--", label=f"chance ({chance:.0%})")
+    ax.set_xlabel("dimensions kept (PCA)"), ax.set_ylabel("words nearest their own family")
+    ax.set_ylim(0, 1.05), ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
+    ax.set_title(title, fontsize=10), ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    return fig
+
+
+def widths(dims_by_name, title):
+    """How many numbers each model gives a token: {model name: n_embd}, as bars with their values."""
+    names, dims = list(dims_by_name), list(dims_by_name.values())
+    fig = Figure(figsize=(8, 0.8 + 0.45 * len(names)))
+    ax = fig.add_subplot()
+    ax.barh(names, dims, color=FAMILY_COLOURS[0])
+    for i, d in enumerate(dims):
+        ax.text(d, i, f" {d:,}", va="center", fontsize=8)
+    ax.invert_yaxis(), ax.set_xlim(0, max(dims) * 1.12)
+    ax.set_xlabel("numbers per token (n_embd)"), ax.set_title(title, fontsize=10)
+    ax.spines[["right", "top"]].set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def layer_heads(weights, tokens, layer):
+    """Every head of one layer side by side: weights [nh, T, T] (for models too big to show all layers)."""
+    w = np.asarray(weights, dtype=float)
+    if w.ndim != 3 or w.shape[-1] != len(tokens):
+        raise ValueError(f"layer_heads takes one layer's weights [heads, T, T] and T tokens; got {w.shape} "
+                         f"and {len(tokens)} tokens")
+    nh = w.shape[0]
+    fig = Figure(figsize=(1.5 * nh + 0.8, 2.3))
+    axes = fig.subplots(1, nh, squeeze=False)[0]
+    for h, ax in enumerate(axes):
+        ax.imshow(w[h], cmap="Blues", vmin=0, vmax=1)
+        ax.set_xticks([]), ax.set_yticks([]), ax.set_title(f"head {h}", fontsize=8)
+    axes[0].set_ylabel(f"layer {layer}", fontsize=8)
+    fig.suptitle(f"every head of layer {layer} ({len(tokens)} tokens; darker = more weight)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def time_to_first_token(lengths, cold_ms, warm_ms, title, warm_label="warm: all but the last 16 tokens cached"):
+    """Time to first token against prompt length, with nothing cached (cold) and with the prefix cached (warm)."""
+    if not len(lengths) == len(cold_ms) == len(warm_ms):
+        raise ValueError(f"{len(lengths)} lengths, {len(cold_ms)} cold and {len(warm_ms)} warm times: "
+                         "pass one time of each per length")
+    fig = Figure(figsize=(7, 3.4))
+    ax = fig.add_subplot()
+    ax.plot(lengths, cold_ms, "o-", color="#cc4125", label="cold: the whole prompt computed")
+    ax.plot(lengths, warm_ms, "o-", color="#3d85c6", label=warm_label)
+    ax.set_xlabel("prompt tokens"), ax.set_ylabel("ms"), ax.set_title(title, fontsize=10)
+    ax.set_ylim(bottom=0), ax.legend(fontsize=8), ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def timing_leak(panels, bins=30):
+    """One histogram per attack: the attacker's times for prompts a victim sent and for prompts nobody sent.
+
+    panels: [(title, sent_ms, unsent_ms, p-value)]."""
+    fig = Figure(figsize=(4.6 * len(panels), 3.2))
+    for k, (title, sent, unsent, p) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), k + 1)
+        edges = np.histogram_bin_edges(np.concatenate([sent, unsent]), bins=bins)  # the same bins for both
+        ax.hist(sent, bins=edges, alpha=0.7, color="#cc4125", label="the victim sent it")
+        ax.hist(unsent, bins=edges, alpha=0.7, color="#3d85c6", label="nobody sent it")
+        ax.set_title(f"{title}: Mann-Whitney p = {p:.1e}", fontsize=10)
+        ax.set_xlabel("attacker's time to first token (ms)"), ax.set_ylabel("prompts"), ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def macs_by_part(cached, uncached, title, unit=1e6):
+    """One decode step's multiply-adds by part ({part: count}), with and without the cache, on a log axis."""
+    if list(cached) != list(uncached):
+        raise ValueError(f"cached and uncached must name the same parts in the same order; got {list(cached)} "
+                         f"and {list(uncached)}")
+    parts = list(cached)[::-1]  # the first part on top
+    y = np.arange(len(parts))
+    fig = Figure(figsize=(9, 0.55 * len(parts) + 1.2))
+    ax = fig.add_subplot()
+    for offset, counts, label, colour in ((0.2, uncached, "without cache", "#cc4125"),
+                                          (-0.2, cached, "with cache", "#3d85c6")):
+        values = [counts[p] / unit for p in parts]
+        bars = ax.barh(y + offset, values, height=0.38, color=colour, label=label)
+        ax.bar_label(bars, [f"{v:,.1f}" if v < 100 else f"{v:,.0f}" for v in values], padding=3, fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlim(right=ax.get_xlim()[1] * 8)  # room for the labels of the longest bars
+    ax.set_yticks(y, parts)
+    ax.set_xlabel("multiply-adds, in millions (log scale: each grid line is 10x)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -1,48 +1,106 @@
-"""Providers' published prompt-caching prices, as multiples of the base input price.
+"""Providers' published prompt-caching prices, as multiples of the base input price, one
+table per cache mode, so no provider's rules are ever applied to the other's mode.
 
-One table, with where each figure was published and when, so it can be updated.
+- automatic (OpenAI): every prompt of at least 1,024 tokens is cached by itself; hits
+  come in steps of 128 tokens (1,024, 1,152, 1,280...); writing costs nothing extra;
+  cached input is discounted. Sources: OpenAI, "Prompt Caching in the API" (openai.com,
+  1 October 2024: 50 % off cached input for GPT-4o) and the "Prompt caching" guide
+  (platform.openai.com); GPT-5's API prices (August 2025: $1.25 input, $0.125 cached
+  input per million tokens, so 90 % off).
+- explicit (Anthropic): the request marks where the cacheable prefix ends (a
+  `cache_control` breakpoint); writing it costs 1.25x base input for the 5-minute cache
+  or 2x for the 1-hour one, reading it 0.1x; prefixes under 1,024 tokens are not cached
+  on most models (2,048 on Haiku models). Source: Anthropic's docs, "Prompt caching"
+  (docs.anthropic.com, pricing table, 2025).
+
 A request's cost, in units of "one uncached input token", follows from its receipt.
 """
 
 from dataclasses import dataclass
 
+from .models import KVLibError
+
 
 @dataclass(frozen=True)
 class Pricing:
     provider: str
+    mode: str            # the cache mode these prices belong to: "automatic" or "explicit"
     read: float          # a cached input token, relative to an uncached one
-    write: float         # a token written to the cache
-    min_tokens: int      # prompts shorter than this are never cached
+    write: float         # a token written to the cache (1.0: billed as plain input)
+    min_tokens: int      # prompts (automatic) or marked prefixes (explicit) shorter than this are never cached
     step: int            # cached prefixes come in multiples of this many tokens
+    ttl_seconds: int     # how long an unused entry is kept (the shortest the provider states)
     retention: str
     source: str
 
 
-PRICING = {
-    "anthropic-5m": Pricing("Anthropic, 5-minute cache", 0.10, 1.25, 1024, 1, "5 minutes since last use",
-                            "docs.anthropic.com, Prompt caching: pricing table (2025)"),
-    "anthropic-1h": Pricing("Anthropic, 1-hour cache", 0.10, 2.00, 1024, 1, "1 hour since last use",
-                            "docs.anthropic.com, Prompt caching: 1-hour cache duration (2025)"),
-    "openai-gpt-5": Pricing("OpenAI, automatic (GPT-5)", 0.10, 1.00, 1024, 128, "5-10 minutes idle, up to 1 hour",
-                            "platform.openai.com, Prompt caching guide and GPT-5 pricing (Aug 2025)"),
-    "openai-gpt-4o": Pricing("OpenAI, automatic (GPT-4o)", 0.50, 1.00, 1024, 128, "5-10 minutes idle, up to 1 hour",
-                             "openai.com, Prompt Caching in the API (Oct 2024)"),
+AUTOMATIC = {
+    "openai-gpt-4o": Pricing("OpenAI, GPT-4o", "automatic", 0.50, 1.0, 1024, 128, 300,
+                             "cleared after 5-10 minutes unused, always within 1 hour",
+                             "openai.com, 'Prompt Caching in the API' (1 Oct 2024): cached input 50 % off"),
+    "openai-gpt-5": Pricing("OpenAI, GPT-5", "automatic", 0.10, 1.0, 1024, 128, 300,
+                            "cleared after 5-10 minutes unused, always within 1 hour",
+                            "platform.openai.com, 'Prompt caching' guide; GPT-5 API prices (Aug 2025): "
+                            "$0.125 cached vs $1.25 input per 1M tokens"),
 }
+EXPLICIT = {
+    "anthropic-5m": Pricing("Anthropic, 5-minute cache", "explicit", 0.10, 1.25, 1024, 1, 300,
+                            "5 minutes, renewed by each hit",
+                            "docs.anthropic.com, 'Prompt caching', pricing table (2025): 5-minute writes 1.25x, "
+                            "reads 0.1x"),
+    "anthropic-1h": Pricing("Anthropic, 1-hour cache", "explicit", 0.10, 2.00, 1024, 1, 3600,
+                            "1 hour, renewed by each hit",
+                            "docs.anthropic.com, 'Prompt caching', pricing table (2025): 1-hour writes 2x, "
+                            "reads 0.1x"),
+}
+PRICING = {**AUTOMATIC, **EXPLICIT}
 
 
-def billed(receipt, pricing, apply_minimum=True):
-    """(cached, written, plain) token counts a provider would bill for this receipt.
+def check_mode(mode, prices):
+    """Raise unless these prices belong to a cache of this mode (no provider's rules on the other's mode)."""
+    if mode != prices.mode:
+        raise KVLibError(f"{prices.provider} prices its {prices.mode} cache, not a mode={mode!r} one: "
+                         f"use prices from pricing.{mode.upper()}")
 
-    apply_minimum=False prices short prompts as if they were long enough to cache
-    (our models' contexts are shorter than providers' 1,024-token minimum)."""
-    if apply_minimum and receipt.input_tokens < pricing.min_tokens:
-        return 0, 0, receipt.input_tokens
-    cached = receipt.cached_tokens // pricing.step * pricing.step
-    written = receipt.written_tokens if pricing.write != 1.0 else 0  # automatic caching bills writes as input
+
+def billed(receipt, prices, apply_minimum=True):
+    """(cached, written, plain) token counts the provider would bill for this receipt.
+
+    apply_minimum=True applies the provider's own rules on top of the receipt (its minimum
+    and, for automatic caching, its 128-token steps). apply_minimum=False prices a miniature
+    cache (our small models' contexts are shorter than the 1,024-token minimum) at the
+    provider's ratios, counting the tokens as the receipt does."""
+    if receipt.mode is not None:
+        check_mode(receipt.mode, prices)
+    cached = receipt.cached_tokens
+    written = receipt.written_tokens if prices.mode == "explicit" else 0  # automatic: writes billed as plain input
+    if apply_minimum:
+        if receipt.input_tokens < prices.min_tokens:
+            return 0, 0, receipt.input_tokens
+        cached = cached // prices.step * prices.step
+        if cached < prices.min_tokens:
+            cached = 0
     return cached, written, receipt.input_tokens - cached - written
 
 
-def cost(receipt, pricing, apply_minimum=True):
+def cost(receipt, prices, apply_minimum=True):
     """Cost in units of one uncached input token."""
-    cached, written, plain = billed(receipt, pricing, apply_minimum)
-    return cached * pricing.read + written * pricing.write + plain
+    cached, written, plain = billed(receipt, prices, apply_minimum)
+    return cached * prices.read + written * prices.write + plain
+
+
+def table(prices=None):
+    """The price list as text: one line per provider and mode, then where each figure comes from."""
+    rows = list((prices or PRICING).values())
+    lines = [f"{'provider':<26} {'mode':<10} {'read':>5} {'write':>6} {'minimum':>8} {'step':>5} {'TTL':>7}"]
+    lines += [f"{p.provider:<26} {p.mode:<10} {p.read:>5.2f} {p.write:>6.2f} {p.min_tokens:>8,} {p.step:>5} "
+              f"{p.ttl_seconds // 60:>4} min" for p in rows]
+    lines += ["", "sources:"] + [f"  {p.provider}: {p.source}" for p in rows]
+    return "\n".join(lines)
+
+
+def prompt_cache(model, prices, **kwargs):
+    """A PromptCache that caches as this provider does: its mode, minimum, step and time-to-live."""
+    from .prompt_cache import PromptCache
+    return PromptCache(model, block_size=prices.step, ttl_seconds=prices.ttl_seconds, mode=prices.mode,
+                       min_tokens=prices.min_tokens, **kwargs)

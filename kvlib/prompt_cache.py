@@ -1,13 +1,20 @@
 """Prompt caching across requests, as providers do it: a shared prefix's K and V are kept
 and reused by later requests, so only the new part of a prompt goes through the model.
 
-Blocks, as vLLM's automatic prefix caching: a prompt is cut into full blocks of
-`block_size` tokens, and each block is stored under a hash of its tenant, its own
-tokens and its parent block's hash. The hash therefore names the whole prefix up to
-that block, so the longest cached prefix is found by walking a prompt's blocks from
-the start until one is missing, and a partial hit reuses every full block before the
-first different token. Blocks (rather than a radix tree of single tokens) also match
-how providers bill: cache hits come in fixed steps (128 tokens for one of them).
+Blocks, as vLLM's automatic prefix caching: a prompt is cut into blocks, and each block
+is stored under a hash of its tenant, its own tokens and its parent block's hash. The
+hash therefore names the whole prefix up to that block, so the longest cached prefix is
+found by walking a prompt's blocks from the start until one is missing, and a partial
+hit reuses every block before the first different token.
+
+Two modes, as the two big providers cache:
+- "automatic" (OpenAI): every prompt is cut into full blocks of `block_size` tokens by
+  itself, so hits come in steps of a block (128 tokens there). Prompts shorter than
+  `min_tokens` are not cached at all, and a hit shorter than it counts for nothing
+  (OpenAI: from 1,024 tokens, then 1,152, 1,280...).
+- "explicit" (Anthropic): nothing is cached unless the request marks where a cacheable
+  prefix ends (its `cache_control` marker, here a token count, up to 4 per request);
+  each marked prefix is one block, cached whole, if it holds at least `min_tokens`.
 
 Each block is stored once and shared by every request that hits it; a request copies
 its hit blocks into a KVCache of its own, which it then extends, so a request never
@@ -15,7 +22,8 @@ changes what another one sees. Entries expire `ttl_seconds` after their last use
 under `max_bytes` the least recently used blocks go first (deepest first, so a
 prefix is never left with a hole), and the budget is never exceeded. Tenants never
 share blocks unless `share_across_tenants=True`, which exists to show why providers
-do not do that (notebook 6: time to first token leaks other tenants' prompts).
+should not do that (notebook 6 and `kvlib.leak`: time to first token leaks other
+tenants' prompts).
 """
 
 import hashlib
@@ -25,6 +33,30 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .generate import check_sampling, sample
+from .models import KVLibError
+
+MODES = ("automatic", "explicit")
+MAX_BREAKPOINTS = 4  # Anthropic accepts up to 4 cache_control markers per request
+
+
+class ManualClock:
+    """A clock moved by hand, so a notebook or a test can pass a five-minute TTL without waiting.
+
+    Pass it as PromptCache(..., clock=ManualClock()); it reads `now` seconds."""
+
+    def __init__(self, now=0.0):
+        self.now = float(now)
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds):
+        if seconds < 0:
+            raise KVLibError("a clock only moves forward: advance it by 0 seconds or more")
+        self.now += seconds
+        return self.now
+
 
 @dataclass
 class Receipt:
@@ -32,7 +64,8 @@ class Receipt:
     input_tokens: int
     cached_tokens: int
     written_tokens: int
-    blocks: list = field(default_factory=list)  # per full block: "hit", "written" or "computed"
+    blocks: list = field(default_factory=list)  # per block: "hit", "written" or "computed"
+    mode: str = None  # the cache mode that wrote it ("automatic" or "explicit"); None for one made by hand
 
 
 @dataclass
@@ -44,8 +77,15 @@ class Result:
 
 
 @dataclass
+class Answer:
+    text: str
+    ids: list       # the sampled tokens
+    receipt: Receipt
+
+
+@dataclass
 class Block:
-    keys: list    # per layer [n_kv_heads, block_size, head_dim]
+    keys: list    # per layer [n_kv_heads, tokens in the block, head_dim]
     values: list
     depth: int    # 0 for the first block of a prompt
     last_used: float
@@ -54,10 +94,15 @@ class Block:
 
 class PromptCache:
     def __init__(self, model, block_size=16, max_bytes=None, ttl_seconds=300, clock=None,
-                 share_across_tenants=False):
+                 share_across_tenants=False, mode="automatic", min_tokens=0):
         if block_size < 1:
-            raise ValueError("block_size must be at least 1 token")
+            raise KVLibError("block_size must be at least 1 token")
+        if mode not in MODES:
+            raise KVLibError(f"mode must be one of {MODES}, not {mode!r}")
+        if min_tokens < 0:
+            raise KVLibError("min_tokens must be 0 or more")
         self.model, self.block_size, self.max_bytes, self.ttl = model, block_size, max_bytes, ttl_seconds
+        self.mode, self.min_tokens = mode, min_tokens
         self.clock = clock or time.monotonic
         self.share_across_tenants = share_across_tenants
         self.blocks = {}  # hash -> Block
@@ -75,21 +120,45 @@ class PromptCache:
         with self._lock:
             return self._expire(self.clock())
 
-    def block_keys(self, ids, tenant):
-        """The chained hash of every full block of ids: each names its whole prefix."""
+    def spans(self, n, cache_control=None):
+        """(start, end) of each block a prompt of n tokens may hit or write, in order.
+
+        At least the last token is always computed (its logits are the point of the request),
+        so no block reaches it."""
+        if self.mode == "automatic":
+            if cache_control is not None:
+                raise KVLibError("cache_control marks prefixes in mode='explicit'; "
+                                 "mode='automatic' cuts every prompt into blocks by itself")
+            ends = list(range(self.block_size, n, self.block_size)) if n >= self.min_tokens else []
+        else:
+            marks = sorted({cache_control} if isinstance(cache_control, int) else set(cache_control or ()))
+            if len(marks) > MAX_BREAKPOINTS:
+                raise KVLibError(f"at most {MAX_BREAKPOINTS} cache_control breakpoints per request, not {len(marks)}")
+            if marks and not 0 < marks[0] <= marks[-1] < n:
+                raise KVLibError(f"cache_control {marks} must fall inside the {n}-token prompt (1 to {n - 1}), "
+                                 "leaving at least its last token to compute")
+            ends = [m for m in marks if m >= self.min_tokens]  # shorter prefixes are never cached
+        return list(zip([0] + ends[:-1], ends))
+
+    def block_keys(self, ids, tenant, spans):
+        """The chained hash of every block: each names its whole prefix (and tenant)."""
         key = ("*" if self.share_across_tenants else f"tenant:{tenant}").encode()
         keys = []
-        for start in range(0, len(ids) - self.block_size + 1, self.block_size):
-            block = torch.tensor(ids[start:start + self.block_size], dtype=torch.int64).numpy().tobytes()
+        for start, end in spans:
+            block = torch.tensor(ids[start:end], dtype=torch.int64).numpy().tobytes()
             key = hashlib.blake2b(key + block, digest_size=16).digest()
             keys.append(key)
         return keys
 
-    def prefill(self, prompt, tenant="default"):
+    def prefill(self, prompt, tenant="default", cache_control=None):
+        """Run a prompt through the model, reading and writing cached blocks; returns a Result.
+
+        cache_control (mode="explicit" only): where cacheable prefixes end, in tokens, one int
+        or a list (like Anthropic's `cache_control` marker after a system prompt)."""
         t0 = time.perf_counter()
         ids = self.model.check_ids(prompt).tolist()
-        # at least the last token is computed: its logits are the point of the request
-        keys = self.block_keys(ids[:-1], tenant)
+        spans = self.spans(len(ids), cache_control)
+        keys = self.block_keys(ids, tenant, spans)
         cache = self.model.new_cache()
         with self._lock:
             now = self.clock()
@@ -99,6 +168,8 @@ class PromptCache:
                 if k not in self.blocks:
                     break
                 hits.append(self.blocks[k])
+            if hits and spans[len(hits) - 1][1] < self.min_tokens:
+                hits = []  # automatic mode: a hit shorter than the minimum is no hit
             for b in hits:
                 b.last_used = now
                 self.events.append((now, tenant, "hit", b.depth))
@@ -108,14 +179,31 @@ class PromptCache:
                     cached.append(torch.cat([b.keys[layer] for b in hits], 1),
                                   torch.cat([b.values[layer] for b in hits], 1))
         logits = self.model.forward(ids[len(cache):], cache=cache, last_only=True)[-1]
-        written = self._store(cache, keys, len(hits), tenant)
-        receipt = Receipt(len(ids), len(hits) * self.block_size, written * self.block_size,
-                          ["hit"] * len(hits) + ["written"] * written + ["computed"] * (len(keys) - len(hits) - written))
+        written = self._store(cache, keys, spans, len(hits), tenant)
+        receipt = Receipt(len(ids), spans[len(hits) - 1][1] if hits else 0, sum(e - s for s, e in written.values()),
+                          ["hit" if d < len(hits) else "written" if d in written else "computed" for d in range(len(keys))],
+                          self.mode)
         return Result(logits, cache, receipt, time.perf_counter() - t0)
 
-    def _store(self, cache, keys, start, tenant):
-        """Write the request's new full blocks, oldest first, within the byte budget."""
-        B, written = self.block_size, 0
+    def answer(self, prompt, max_new_tokens=20, temperature=1.0, top_k=None, top_p=None, seed=None,
+               tenant="default", cache_control=None):
+        """Prefill through the cache, then sample an answer on the request's own copy of the K and V.
+
+        The cache holds the prompt's keys and values, never an answer: every call samples anew."""
+        check_sampling(max_new_tokens, temperature, top_k, top_p)
+        res = self.prefill(prompt, tenant, cache_control)
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        ids, logits = [], res.logits
+        while True:
+            ids.append(sample(logits, temperature, top_k, top_p, generator))
+            if (len(ids) == max_new_tokens or ids[-1] == self.model.eos_token_id
+                    or len(res.cache) + 1 >= self.model.config.n_ctx):
+                return Answer(self.model.decode(ids), ids, res.receipt)
+            logits = self.model.forward(ids[-1:], cache=res.cache, last_only=True)[-1]
+
+    def _store(self, cache, keys, spans, start, tenant):
+        """Write the request's new blocks, oldest first, within the byte budget; returns {depth: span} written."""
+        written = {}
         with self._lock:
             now = self.clock()
             for depth in range(start, len(keys)):
@@ -124,7 +212,7 @@ class PromptCache:
                     continue
                 if depth and keys[depth - 1] not in self.blocks:
                     break  # its parent was evicted: the block could never be reached
-                span = slice(depth * B, (depth + 1) * B)
+                span = slice(*spans[depth])
                 k = [layer.keys[:, span].clone() for layer in cache.layers]
                 v = [layer.values[:, span].clone() for layer in cache.layers]
                 nbytes = sum(t.numel() * t.element_size() for t in k + v)
@@ -132,7 +220,7 @@ class PromptCache:
                     break
                 self.blocks[keys[depth]] = Block(k, v, depth, now, nbytes)
                 self.events.append((now, tenant, "write", depth))
-                written += 1
+                written[depth] = spans[depth]
         return written
 
     def _make_room(self, nbytes, protect):

@@ -95,3 +95,57 @@ def _gpt2_byte_map():
             chars.append(256 + n)
             n += 1
     return {b: chr(c) for b, c in zip(printable, chars)}
+
+
+# one sentence in six languages (kvlib's own translations), to compare what each costs
+SAME_SENTENCE = {
+    "English": "The weather is nice today, so we are going for a walk in the park.",
+    "German": "Das Wetter ist heute schön, also gehen wir im Park spazieren.",
+    "Chinese": "今天天气很好，所以我们去公园散步。",
+    "Japanese": "今日は天気がいいので、公園を散歩します。",
+    "Hindi": "आज मौसम अच्छा है, इसलिए हम पार्क में टहलने जा रहे हैं।",
+    "Arabic": "الطقس جميل اليوم، لذلك سنذهب للتنزه في الحديقة.",
+}
+
+
+@dataclass(frozen=True)
+class Cost:
+    label: str       # which text ("Hindi")
+    tokenizer: str
+    chars: int
+    bytes: int       # in UTF-8
+    tokens: int
+    ratio: float     # tokens / the baseline text's tokens under the same tokenizer
+
+    @property
+    def per_char(self):
+        return self.tokens / self.chars
+
+    @property
+    def per_byte(self):
+        return self.tokens / self.bytes
+
+
+def costs(toks, texts=None, baseline="English"):
+    """What each text costs under each tokenizer, and how many times the baseline text's count that is."""
+    texts = SAME_SENTENCE if texts is None else texts
+    if baseline not in texts:
+        raise KVLibError(f"the baseline {baseline!r} is not one of the texts ({', '.join(texts)})")
+    rows = []
+    for tok in toks:
+        base = len(tok.encode(texts[baseline]))
+        for label, text in texts.items():
+            n = len(chunks(tok, text))
+            rows.append(Cost(label, tok.name, len(text), len(text.encode()), n, n / base))
+    return rows
+
+
+def cost_table(rows, baseline="English"):
+    """The costs as a plain-text table, one block per tokenizer."""
+    head = f"{'text':>10} {'chars':>6} {'bytes':>6} {'tokens':>7} {'per char':>9} {'per byte':>9} {'× ' + baseline:>10}"
+    lines = []
+    for name in dict.fromkeys(r.tokenizer for r in rows):
+        lines += ["", name, head]
+        lines += [f"{r.label:>10} {r.chars:>6} {r.bytes:>6} {r.tokens:>7} {r.per_char:>9.2f} {r.per_byte:>9.2f} "
+                  f"{r.ratio:>10.2f}" for r in rows if r.tokenizer == name]
+    return "\n".join(lines[1:])

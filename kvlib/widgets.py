@@ -13,7 +13,7 @@ import ipywidgets as W
 import torch
 from IPython.core.pylabtools import print_figure
 
-from . import embeddings, plots, pricing, tokenizers
+from . import attention, embeddings, plots, pricing, tokenizers
 from .generate import check_sampling, generate
 from .memory import forward_macs
 from .trace import Trace
@@ -64,11 +64,12 @@ class Chat(W.VBox):
         self.prompt = W.Textarea(value=prompt, description="Prompt", layout=W.Layout(width="95%", height="70px"))
         self.max_tokens = W.BoundedIntText(value=max_new_tokens, min=1, max=10**6, description="Max tokens")
         self.temperature = W.FloatSlider(value=0.0, min=0.0, max=2.0, step=0.1, description="Temperature",
-                                         continuous_update=False)
+                                         continuous_update=False, style={"description_width": "initial"})
         self.send, self.stop = W.Button(description="Send", button_style="primary", icon="paper-plane"), \
             W.Button(description="Stop", icon="stop", disabled=True)
         self.answer = W.HTML()
-        self.status = W.HTML("Greedy (temperature 0) always gives the same answer; raise it to sample.")
+        self.status = W.HTML(f"Model: <b>{html.escape(model.name)}</b>. Greedy (temperature 0) always gives the "
+                             f"same answer; raise it to sample.")
         self._stop, self._thread = threading.Event(), None
         self.send.on_click(lambda _: self.start())
         self.stop.on_click(lambda _: self._stop.set())
@@ -114,8 +115,9 @@ class Chat(W.VBox):
             self.last = gen
             self.answer.value = self.answer.value.replace("▌</pre>", "</pre>")
             per = sum(gen.step_seconds) / len(gen.step_seconds)
-            self.status.value = (f"{len(gen.ids)} tokens in {sum(gen.step_seconds):.2f} s "
-                                 f"({per * 1e3:.0f} ms per token); stopped: {gen.stop_reason}")
+            self.status.value = (f"{html.escape(self.model.name)}: {len(gen.ids)} tokens in "
+                                 f"{sum(gen.step_seconds):.2f} s ({per * 1e3:.0f} ms per token); "
+                                 f"stopped: {gen.stop_reason}")
         except Exception as e:  # a thread's error would vanish: show it in place
             self.status.value = _error(e)
         finally:
@@ -237,8 +239,8 @@ class EmbeddingSpace(W.VBox):
     def update(self):
         self.coords, words, labels = embeddings.project(self.model, self.families, self.dims.value)
         self.figure = plots.projection(self.coords, words, labels,
-                                       f"{len(words)} token embeddings ({self.model.config.n_embd} dims) "
-                                       f"projected to {self.dims.value}D by PCA")
+                                       f"{len(words)} token embeddings of {self.model.name} "
+                                       f"({self.model.config.n_embd} dims) projected to {self.dims.value}D by PCA")
         _show(self.out, self.figure)
         sep = embeddings.separation(self.coords, labels)
         self.score.value = (f"In {self.dims.value}D, {sep:.0%} of the words sit nearest their own family's "
@@ -284,7 +286,12 @@ def _pick(weights, head):  # [nh, T, S] -> [T, S]
 
 
 class AttentionExplorer(W.VBox):
-    """Pick a layer and head (or their average); hover the grid for each weight; all heads below."""
+    """Pick a layer and head (or their average); hover the grid for each weight; the heads as thumbnails below.
+
+    A small model shows every layer's heads at once; a bigger one (SmolLM2: 30 x 9) shows the chosen
+    layer's heads, as drawing hundreds of thumbnails takes longer than a learner should wait."""
+
+    ALL_LAYERS_UP_TO = 64  # thumbnails
 
     def __init__(self, model, text="Mary had a little lamb, its fleece was white as snow"):
         self.model = model
@@ -292,9 +299,10 @@ class AttentionExplorer(W.VBox):
         self.layer, self.head = _layer_head(model)
         self.message, self.grid, self.thumbs = W.HTML(), W.HTML(), W.Output()
         self.weights = self.trace = None
+        self.all_layers = model.config.n_layer * model.config.n_head <= self.ALL_LAYERS_UP_TO
         self.text.observe(lambda _: self.run(), names="value")
-        for box in (self.layer, self.head):
-            box.observe(lambda _: self.draw(), names="value")
+        self.layer.observe(lambda _: self.draw(thumbnails=not self.all_layers), names="value")
+        self.head.observe(lambda _: self.draw(), names="value")
         super().__init__([self.text, W.HBox([self.layer, self.head]), self.message, self.grid, self.thumbs])
         self.run()
 
@@ -307,16 +315,25 @@ class AttentionExplorer(W.VBox):
         self.trace, self.tokens = Trace(), [self.model.decode([i]) for i in ids.tolist()]
         self.model.forward(ids, trace=self.trace)
         self.message.value = ""
-        _show(self.thumbs, plots.head_thumbnails(torch.stack([l.weights for l in self.trace.layers]).cpu(), self.tokens))
-        self.draw()
+        if self.all_layers:
+            _show(self.thumbs, plots.head_thumbnails(torch.stack([l.weights for l in self.trace.layers]).cpu(),
+                                                     self.tokens))
+        self.draw(thumbnails=not self.all_layers)
 
-    def draw(self):
+    def draw(self, thumbnails=False):
         if self.trace is None:
             return
-        self.weights = _pick(self.trace.layers[self.layer.value].weights, self.head.value).cpu()
+        layer = self.trace.layers[self.layer.value].weights.cpu()  # [nh, T, T]
+        self.weights = _pick(layer, self.head.value)
         which = "average of heads" if self.head.value is None else f"head {self.head.value}"
+        _, top, w = attention.most_attended(self.weights[-1], self.tokens)
         self.grid.value = (f"<b>layer {self.layer.value}, {which}</b>: each row sums to 1; the upper triangle is "
-                           f"0 (a token cannot look ahead)<br>" + grid_html(self.weights, self.tokens))
+                           f"0 (a token cannot look ahead). The last token "
+                           f"<code>{html.escape(repr(self.tokens[-1]))}</code> gives most weight to "
+                           f"<code>{html.escape(repr(top))}</code> ({w:.2f}).<br>"
+                           + grid_html(self.weights, self.tokens))
+        if thumbnails:
+            _show(self.thumbs, plots.layer_heads(layer, self.tokens, self.layer.value))
 
 
 class GridFilling(W.VBox):
@@ -352,6 +369,12 @@ class GridFilling(W.VBox):
     def grid_at(self, s):  # [T, T] weights of the chosen layer and head at step s
         return _pick(self.traces[s].layers[self.layer.value].weights, self.head.value).cpu()
 
+    def old_rows_change(self):
+        """Largest change of any old row, in any layer and head, from one step to the next (0: none changed)."""
+        return max((now.weights[:, :-1, :-1] - before.weights).abs().max().item()
+                   for s in range(1, len(self.traces))
+                   for now, before in zip(self.traces[s].layers, self.traces[s - 1].layers))
+
     def draw(self):
         s = self.step.value
         self.grid = self.grid_at(s)
@@ -367,8 +390,9 @@ class GridFilling(W.VBox):
             note = f"The prompt's {T} tokens: a {T} × {T} grid."
         self.info.value = f"<b>Step {s}</b>: the model is fed {T} tokens. {note}"
         which = "average of heads" if self.head.value is None else f"head {self.head.value}"
-        self.figure = plots.attention_grid(self.grid, self.tokens[:T], f"step {s}: layer {self.layer.value}, "
-                                           f"{which}, without a cache", new_rows=[T - 1], recomputed_rows=recomputed)
+        self.figure = plots.attention_grid(self.grid, self.tokens[:T], f"step {s}: {self.model.name}, layer "
+                                           f"{self.layer.value}, {which}, without a cache", new_rows=[T - 1],
+                                           recomputed_rows=recomputed)
         _show(self.out, self.figure)
 
 
@@ -405,7 +429,8 @@ class CacheGrowth(W.VBox):
         per_layer = cache.layers[0].nbytes
         self.info.value = (f"<b>Step {s}</b>: fed {what}. Each layer appended {len(fed)} K row(s) and {len(fed)} "
                            f"V row(s) and now holds {len(cache)} tokens: {per_layer:,} bytes per layer, "
-                           f"<b>{self.shown_bytes:,} bytes</b> in all {len(cache.layers)} layers.")
+                           f"<b>{self.shown_bytes:,} bytes</b> in all {len(cache.layers)} layers "
+                           f"({len(cache)} tokens × {self.shown_bytes // len(cache):,} bytes per token).")
         self.figure = plots.cache_growth(layers, self.capacity,
                                          f"the KV cache after step {s} (orange: the row just appended)")
         _show(self.out, self.figure)
@@ -415,39 +440,66 @@ BLOCK_COLOURS = {"hit": "#93c47d", "written": "#f6b26b", "computed": "#cccccc"}
 
 
 class PromptCacheStream(W.VBox):
-    """Send a stream of requests through a PromptCache and watch its blocks hit, get written and expire."""
+    """Send a stream of requests through a PromptCache and watch its blocks hit, get written, expire and
+    be evicted, with each request's receipt and its cost at the prices of the provider whose mode it copies."""
 
-    def __init__(self, pc, requests, prices=None):
-        """requests: [(label, tenant, prompt text)]; pc: a PromptCache with a clock the app can move."""
-        self.pc, self.requests, self.results = pc, requests, []
-        self.prices = prices or pricing.PRICING["anthropic-5m"]
-        self.next = W.Button(description="Send next request", button_style="primary", icon="paper-plane")
-        self.forward = W.Button(description=f"Fast-forward {pc.ttl // 60 + 1:.0f} min", icon="forward")
+    DEFAULT_PRICES = {"automatic": "openai-gpt-5", "explicit": "anthropic-5m"}
+
+    def __init__(self, pc, requests, prices=None, seconds_between=10):
+        """requests: [(label, tenant, prompt text)] (explicit mode: a 4th item, the cache_control mark);
+        pc: a PromptCache on a clock the app can move (prompt_cache.ManualClock), which moves on
+        `seconds_between` before each request after the first; prices: a pricing.Pricing of the cache's
+        own mode (by default OpenAI's GPT-5 for automatic, Anthropic's 5-minute for explicit)."""
+        self.prices = prices or pricing.PRICING[self.DEFAULT_PRICES[pc.mode]]
+        pricing.check_mode(pc.mode, self.prices)
+        self.pc, self.requests, self.results, self.seconds_between = pc, requests, [], seconds_between
+        auto = W.Layout(width="auto")  # the whole label, never cut short
+        self.next = W.Button(description="Send next request", button_style="primary", icon="paper-plane", layout=auto)
+        self.forward = W.Button(description=f"Fast-forward {pc.ttl // 60 + 1:.0f} min", icon="forward",
+                                layout=W.Layout(width="auto"))
         self.view, self.status = W.HTML(), W.HTML()
         self.next.on_click(lambda _: self.send())
         self.forward.on_click(lambda _: self.fast_forward())
         super().__init__([W.HBox([self.next, self.forward]), self.status, self.view])
         self.draw()
 
+    def cost(self, receipt):
+        """In units of one uncached input token, at the provider's ratios (a miniature: no minimum, our blocks)."""
+        return pricing.cost(receipt, self.prices, apply_minimum=False)
+
     def send(self):
         if len(self.results) == len(self.requests):
             self.status.value = "All requests sent. Fast-forward the clock or build a new stream."
             return
-        label, tenant, prompt = self.requests[len(self.results)]
+        label, tenant, prompt, *mark = self.requests[len(self.results)]
+        if self.results and hasattr(self.pc.clock, "now"):
+            self.pc.clock.now += self.seconds_between  # requests arrive over time, so "least recently used" means something
         events = len(self.pc.events)
-        res = self.pc.prefill(prompt, tenant=tenant)
+        try:
+            res = self.pc.prefill(prompt, tenant=tenant, cache_control=mark[0] if mark else None)
+        except ValueError as e:
+            self.status.value = _error(e)
+            return
         gone = [e for e in self.pc.events[events:] if e[2] in ("expire", "evict")]
         self.results.append((label, tenant, res, gone))
+        r = res.receipt
+        evicted = sum(e[2] == "evict" for e in gone)
+        self.status.value = (f"Sent <b>{html.escape(label)}</b>: {r.cached_tokens} of {r.input_tokens} tokens cached, "
+                             f"{r.written_tokens} written; cost {self.cost(r):,.1f} (uncached: {r.input_tokens})"
+                             + (f"; {evicted} blocks evicted to stay within the budget" if evicted else "") + ".")
         self.draw()
 
     def fast_forward(self):
+        if not hasattr(self.pc.clock, "now"):
+            self.status.value = _error("this cache runs on the real clock: build it with clock=ManualClock() "
+                                       "to fast-forward")
+            return
         self.pc.clock.now += self.pc.ttl + 60
         n = self.pc.expire()
-        self.status.value = f"Clock moved past the TTL: {n} blocks expired."
+        self.status.value = f"Clock moved past the TTL: {n} blocks expired; the cache holds {len(self.pc.blocks)} now."
         self.draw()
 
     def draw(self):
-        B = self.pc.block_size
         rows = []
         for label, tenant, res, gone in self.results:
             r = res.receipt
@@ -455,13 +507,17 @@ class PromptCacheStream(W.VBox):
                              f"margin-right:1px;background:{BLOCK_COLOURS[s]}'></span>" for i, s in enumerate(r.blocks))
             rows.append(f"<tr><td>{html.escape(label)}</td><td>{html.escape(tenant)}</td><td>{blocks}</td>"
                         f"<td>{r.input_tokens}</td><td>{r.cached_tokens}</td><td>{r.written_tokens}</td>"
-                        f"<td>{res.seconds * 1e3:.1f} ms</td><td>{pricing.cost(r, self.prices, apply_minimum=False):,.0f}</td>"
+                        f"<td>{res.seconds * 1e3:.1f} ms</td><td>{self.cost(r):,.1f}</td>"
                         f"<td>{len(gone) or ''}</td></tr>")
         legend = " ".join(f"<span style='background:{c};padding:0 6px'>{k}</span>" for k, c in BLOCK_COLOURS.items())
+        p, nbytes = self.prices, self.pc.nbytes  # nbytes first: it drops what has expired
+        budget = f" of {self.pc.max_bytes:,}" if self.pc.max_bytes is not None else ""
+        size = f"blocks of {self.pc.block_size} tokens" if self.pc.mode == "automatic" else "one block per marked prefix"
         self.view.value = (
-            f"<div>clock {self.pc.clock():.0f} s · TTL {self.pc.ttl} s · blocks of {B} tokens · cache holds "
-            f"{self.pc.nbytes:,} bytes · cost in units of one uncached input token at {self.prices.provider}'s "
-            f"ratios (as if past its {self.prices.min_tokens:,}-token minimum) · "
-            f"{legend}</div><table style='border-collapse:collapse' cellpadding='3'><tr><th>request</th><th>tenant</th>"
+            f"<div>{self.pc.mode} caching · clock {self.pc.clock():.0f} s · TTL {self.pc.ttl} s · {size} · "
+            f"cache holds {len(self.pc.blocks)} blocks, {nbytes:,}{budget} bytes</div>"
+            f"<div>cost: in units of one uncached input token at {html.escape(p.provider)}'s ratios (cached {p.read:g}x, "
+            f"written {p.write:g}x), as if past its {p.min_tokens:,}-token minimum · {legend}</div>"
+            f"<table style='border-collapse:collapse' cellpadding='3'><tr><th>request</th><th>tenant</th>"
             f"<th>blocks</th><th>input</th><th>cached</th><th>written</th><th>prefill</th><th>cost</th>"
             f"<th>expired/evicted</th></tr>{''.join(rows)}</table>")

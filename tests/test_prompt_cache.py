@@ -182,3 +182,126 @@ def test_stream_app_shows_each_requests_blocks(tiny):
     assert "All requests sent" in app.status.value
     app.forward.click()
     assert "blocks expired" in app.status.value and pc.nbytes == 0
+
+
+# --- the manual clock, the two modes, sampled answers, prices per mode, the stream's labels ---------------
+
+def test_manual_clock_moves_only_forward():
+    import pytest
+    from kvlib.prompt_cache import ManualClock
+    clock = ManualClock()
+    assert clock() == 0 and clock.advance(301) == 301 and clock() == 301
+    with pytest.raises(ValueError, match="forward"):
+        clock.advance(-1)
+
+
+def test_automatic_mode_caches_nothing_under_its_minimum_and_counts_hits_in_blocks(tiny):
+    pc = kvlib.PromptCache(tiny, block_size=32, min_tokens=128)
+    short = ids(100, 1)
+    assert pc.prefill(short).receipt.written_tokens == 0 and pc.prefill(short).receipt.cached_tokens == 0
+    system = ids(150, 2)
+    r1 = pc.prefill(system + ids(20, 3)).receipt
+    assert (r1.cached_tokens, r1.written_tokens, r1.mode) == (0, 160, "automatic")  # 5 blocks of the first 169
+    r2 = pc.prefill(system + ids(20, 4)).receipt
+    assert r2.cached_tokens == 128  # 150 shared tokens, hits in steps of 32
+    r3 = pc.prefill(system[:100] + ids(60, 5)).receipt
+    assert r3.cached_tokens == 0  # 96 shared tokens: a hit under the 128-token minimum is no hit
+    assert (pc.prefill(system + ids(20, 4)).logits - tiny.forward(system + ids(20, 4))[-1]).abs().max() < 1e-4
+
+
+def test_explicit_mode_caches_exactly_the_marked_prefix(tiny):
+    import pytest
+    pc = kvlib.PromptCache(tiny, mode="explicit", min_tokens=50)
+    system = ids(70, 1)
+    assert pc.prefill(system + ids(10, 2)).receipt.written_tokens == 0  # no marker: nothing cached
+    r1 = pc.prefill(system + ids(10, 2), cache_control=70).receipt
+    assert (r1.cached_tokens, r1.written_tokens, r1.blocks, r1.mode) == (0, 70, ["written"], "explicit")
+    res = pc.prefill(system + ids(12, 3), cache_control=70)
+    assert (res.receipt.cached_tokens, res.receipt.written_tokens) == (70, 0)  # not rounded to any block
+    assert (res.logits - tiny.forward(system + ids(12, 3))[-1]).abs().max() < 1e-4
+    assert pc.prefill(system + ids(12, 3), cache_control=69).receipt.cached_tokens == 0  # another prefix
+    r = pc.prefill(system + ids(30, 4), cache_control=[70, 90]).receipt  # two breakpoints: hit one, write one
+    assert (r.cached_tokens, r.written_tokens, r.blocks) == (70, 20, ["hit", "written"])
+    assert pc.prefill(ids(40, 5) + ids(10, 6), cache_control=40).receipt.written_tokens == 0  # under the minimum
+    with pytest.raises(ValueError, match="inside"):
+        pc.prefill(system, cache_control=70)  # the last token must be left to compute
+    with pytest.raises(ValueError, match="at most 4"):
+        pc.prefill(ids(100, 7), cache_control=[60, 70, 80, 90, 95])
+    with pytest.raises(ValueError, match="explicit"):
+        kvlib.PromptCache(tiny).prefill(system, cache_control=10)
+    with pytest.raises(ValueError, match="mode"):
+        kvlib.PromptCache(tiny, mode="magic")
+
+
+def test_a_cached_prompt_is_not_a_cached_answer(tiny):
+    pc = kvlib.PromptCache(tiny, block_size=16)
+    prompt = ids(60, 3)
+    pc.prefill(prompt)
+    answers = [pc.answer(prompt, max_new_tokens=12, temperature=1.0, seed=s) for s in range(3)]
+    assert len({tuple(a.ids) for a in answers}) == 3  # sampled anew each time
+    assert {(a.receipt.cached_tokens, a.receipt.written_tokens) for a in answers} == {(48, 0)}
+    greedy = pc.answer(prompt, max_new_tokens=8, temperature=0.0)
+    assert greedy.ids == kvlib.generate(tiny, prompt, 8, stop_at_eos=False).ids[:len(greedy.ids)]
+    assert pc.answer(prompt, 5, seed=1).ids == answers[1].ids[:5]  # the same seed, the same answer
+
+
+def test_each_mode_is_priced_by_its_own_provider_only(tiny):
+    import pytest
+    from kvlib import pricing
+    from kvlib.prompt_cache import Receipt
+    assert {p.mode for p in pricing.AUTOMATIC.values()} == {"automatic"}
+    assert {p.mode for p in pricing.EXPLICIT.values()} == {"explicit"}
+    assert all(p.write == 1.0 and p.step == 128 and p.min_tokens == 1024 for p in pricing.AUTOMATIC.values())
+    assert [p.write for p in pricing.EXPLICIT.values()] == [1.25, 2.0]
+    assert all(p.read == 0.1 for p in pricing.EXPLICIT.values()) and pricing.PRICING["openai-gpt-4o"].read == 0.5
+    auto = Receipt(input_tokens=1300, cached_tokens=1152, written_tokens=0, mode="automatic")
+    assert pricing.cost(auto, pricing.PRICING["openai-gpt-5"]) == pytest.approx(1152 * 0.1 + 148)
+    with pytest.raises(ValueError, match="explicit"):
+        pricing.cost(auto, pricing.PRICING["anthropic-5m"])  # no write premium on automatic caching
+    first = Receipt(input_tokens=1300, cached_tokens=0, written_tokens=1200, mode="explicit")
+    assert pricing.cost(first, pricing.PRICING["anthropic-1h"]) == pytest.approx(1200 * 2.0 + 100)
+    with pytest.raises(ValueError, match="automatic"):
+        pricing.cost(first, pricing.PRICING["openai-gpt-5"])
+    assert pricing.billed(Receipt(1100, 900, 0, mode="automatic"), pricing.PRICING["openai-gpt-5"]) == (0, 0, 1100)
+    text = pricing.table()
+    assert all(p.provider in text and p.source in text for p in pricing.PRICING.values())
+
+
+def test_a_provider_like_cache_follows_its_rules(tiny):
+    from kvlib import pricing
+    pc = pricing.prompt_cache(tiny, pricing.PRICING["openai-gpt-5"])
+    assert (pc.mode, pc.block_size, pc.min_tokens, pc.ttl) == ("automatic", 128, 1024, 300)
+    pc = pricing.prompt_cache(tiny, pricing.PRICING["anthropic-1h"])
+    assert (pc.mode, pc.min_tokens, pc.ttl) == ("explicit", 1024, 3600)
+    prompt = ids(500, 1)  # tiny's context is shorter than the minimum: never cached
+    assert pc.prefill(prompt, cache_control=400).receipt.written_tokens == 0
+
+
+def test_stream_prices_rows_evicts_under_a_budget_and_reads_fully(tiny):
+    import pytest
+    from kvlib import pricing, widgets
+    from kvlib.prompt_cache import ManualClock
+    per_block = 16 * memory_bytes(tiny)
+    system = [ids(40, s) for s in (1, 2, 3)]  # 2 full blocks each before the question
+    pc = kvlib.PromptCache(tiny, block_size=16, max_bytes=4 * per_block, clock=ManualClock())
+    requests = [(f"prefix {k}", "acme", system[k] + ids(5, 10 + n)) for n, k in enumerate((0, 1, 0, 2, 1))]
+    app = widgets.PromptCacheStream(pc, requests)
+    assert app.next.layout.width == "auto" and app.forward.layout.width == "auto"  # labels never cut short
+    for _ in requests:
+        app.send()
+    r = [res.receipt for _, _, res, _ in app.results]
+    assert r[2].cached_tokens == 32 and r[4].cached_tokens == 0  # prefix 1 was the least recently used
+    assert sum(e[2] == "evict" for e in app.results[3][3]) == 2 and "evicted" in app.status.value
+    assert pc.clock() == 40  # ten seconds between requests
+    gpt5 = pricing.PRICING["openai-gpt-5"]
+    assert f"<td>{45 - 0.9 * 32:,.1f}</td>" in app.view.value  # the hit row's cost at GPT-5's ratios
+    assert app.cost(r[2]) == pytest.approx(r[2].input_tokens - (1 - gpt5.read) * r[2].cached_tokens)
+    with pytest.raises(ValueError, match="automatic"):
+        widgets.PromptCacheStream(pc, requests, pricing.PRICING["anthropic-5m"])
+    app.forward.click()
+    assert "4 blocks expired" in app.status.value and "holds 0" in app.status.value
+
+
+def memory_bytes(model):
+    from kvlib import memory
+    return memory.model_kv_bytes_per_token(model.config)

@@ -1,0 +1,143 @@
+"""What the KV cache keeps (K and V) and what it drops (queries, attention outputs, block
+outputs), shown by measuring real runs rather than by argument.
+
+- `old_rows_change`: the prompt through the model without a cache, then the prompt plus one
+  more token, also without a cache. Every old token's q, k, v, attention output and block
+  output come out the same both times: causal attention means an old token never sees a
+  later one. Nothing about an old token ever needs computing twice.
+- `perturbation_effects` and `swap_effects`: change the cached K or V rows, in the very cache
+  object the next step reads, and that step's logits move: the new token's own query is
+  scored against every cached key, and its weights mix every cached value. Putting another
+  prompt's K and V into the cache turns the model into one that read that other prompt.
+- `cached_step` and `step_shapes`: one decode step with the cache, traced, and the shapes of
+  what it computed: one query row against all the cached keys.
+
+The decisive test that K and V are enough is cached logits == uncached logits (as in
+TransformerLens's tests/integration/test_kv_cache.py, and tests/test_kv_cache.py here);
+these functions show why it holds.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from .models import KVLibError
+from .trace import Trace
+
+PARTS = ("q", "k", "v", "out", "resid")  # what a Trace records for each token, in every layer
+CACHED = {"K": "keys", "V": "values"}
+
+
+def old_rows_change(model, ids, new_id):
+    """Largest |difference| per layer between the old tokens' tensors in a pass over `ids` and in a
+    pass over ids + [new_id], both without a cache: {part: [one float per layer]}."""
+    ids = model.check_ids(ids).tolist()
+    before, after = Trace(), Trace()
+    model.forward(ids, trace=before)
+    model.forward(ids + [int(new_id)], trace=after)
+    n = len(ids)
+    # rows sit on the second-to-last axis: [nh, T, hs] for q/k/v/out, [T, C] for resid
+    return {part: [(getattr(a, part)[..., :n, :] - getattr(b, part)).abs().max().item()
+                   for a, b in zip(after.layers, before.layers)] for part in PARTS}
+
+
+def prefill(model, ids):
+    """The prompt into a new cache: (cache, the greedy next token, which the next step feeds)."""
+    cache = model.new_cache()
+    logits = model.forward(ids, cache=cache, last_only=True)[-1]
+    return cache, int(logits.argmax())
+
+
+def noisy_row(cache, part, layer, position, size, seed=0):
+    """A copy of `cache` whose `part` ("K" or "V") row at (layer, position), all heads, has noise
+    added whose length is `size` times the row's own."""
+    if part not in CACHED:
+        raise KVLibError(f"part must be 'K' or 'V', not {part!r}")
+    if not 0 <= layer < len(cache.layers) or not 0 <= position < len(cache):
+        raise KVLibError(f"the cache has {len(cache.layers)} layers and {len(cache)} positions: "
+                         f"pick a layer in 0..{len(cache.layers) - 1} and a position in 0..{len(cache) - 1}")
+    new = cache.copy()
+    row = getattr(new.layers[layer], CACHED[part])[:, position]  # [nkv, hs], a view into the cache
+    noise = torch.randn(row.shape, generator=torch.Generator().manual_seed(seed)).to(row)
+    row += size * row.norm() / noise.norm() * noise
+    return new
+
+
+@dataclass
+class Effect:
+    part: str       # "K" or "V"
+    size: float     # the noise's length, as a multiple of the row's
+    change: float   # largest |difference| of the next step's logits
+    token: int      # the next step's greedy prediction
+
+
+def perturbation_effects(model, ids, layer=0, position=0, sizes=(0.01, 1, 100), seed=0):
+    """Prefill `ids`, feed its greedy next token as the next decode step does, and see what changing one
+    cached K or V row does to that step: (token fed, unchanged prediction, [Effect per part and size])."""
+    cache, fed = prefill(model, model.check_ids(ids).tolist())
+    step = lambda c: model.forward([fed], cache=c)[-1]  # the next step, reading cache c
+    reference = step(cache.copy())
+    effects = []
+    for part in CACHED:
+        for size in sizes:
+            logits = step(noisy_row(cache, part, layer, position, size, seed))
+            effects.append(Effect(part, size, (logits - reference).abs().max().item(), int(logits.argmax())))
+    return fed, int(reference.argmax()), effects
+
+
+def swap_effects(model, ids, other_ids, next_ids):
+    """Prefill `ids`, then run `next_ids` from copies of its cache in which the positions where `other_ids`
+    differs hold other_ids' K rows, V rows, or both (in every layer). Returns the last logits for
+    {"none", "K", "V", "K and V"} and "other": other_ids + next_ids run without a cache."""
+    ids, other_ids = model.check_ids(ids).tolist(), model.check_ids(other_ids).tolist()
+    if len(ids) != len(other_ids):
+        raise KVLibError(f"the two prompts must have as many tokens ({len(ids)} and {len(other_ids)}): "
+                         f"change one word for another that is also one token")
+    mine, theirs = model.new_cache(), model.new_cache()
+    model.forward(ids, cache=mine)
+    model.forward(other_ids, cache=theirs)
+    differ = [p for p, (a, b) in enumerate(zip(ids, other_ids)) if a != b]
+    results = {}
+    for label, parts in (("none", ()), ("K", ("K",)), ("V", ("V",)), ("K and V", ("K", "V"))):
+        cache = mine.copy()
+        for mine_l, theirs_l in zip(cache.layers, theirs.layers):
+            for part in parts:
+                getattr(mine_l, CACHED[part])[:, differ] = getattr(theirs_l, CACHED[part])[:, differ]
+        results[label] = model.forward(next_ids, cache=cache)[-1]
+    results["other"] = model.forward(other_ids + model.check_ids(next_ids).tolist())[-1]
+    return results
+
+
+def cached_step(model, ids):
+    """Prefill `ids`, then one traced decode step feeding the greedy next token:
+    (the step's Trace, the cache after it, the token fed)."""
+    cache, token = prefill(model, model.check_ids(ids).tolist())
+    trace = Trace()
+    model.forward([token], cache=cache, trace=trace)
+    return trace, cache, token
+
+
+STEP_PARTS = {  # what one cached decode step computes in a layer, in order
+    "q": "the new token's query",
+    "k": "its key, appended to the cache",
+    "v": "its value, appended to the cache",
+    "K": "every key in the cache, this token's included",
+    "V": "every value in the cache",
+    "scores": "q · K / sqrt(head size): one row per head",
+    "weights": "softmax of the scores: one new row of the grid",
+    "out": "weights · V: one output row per head",
+}
+
+
+def step_shapes(trace, cache, layer=0):
+    """The shape of each tensor in STEP_PARTS at `layer`, from a traced cached step and its cache."""
+    t, c = trace.layers[layer], cache.layers[layer]
+    tensors = {"q": t.q, "k": t.k, "v": t.v, "K": c.keys, "V": c.values,
+               "scores": t.scores, "weights": t.weights, "out": t.out}
+    return {name: tuple(tensors[name].shape) for name in STEP_PARTS}
+
+
+def step_table(trace, cache, layer=0):
+    """step_shapes as lines of text: name, [shape], what it is."""
+    shapes = step_shapes(trace, cache, layer)
+    return "\n".join(f"{name:>8}  {str(list(shapes[name])):<13} {meaning}" for name, meaning in STEP_PARTS.items())

@@ -1,0 +1,35 @@
+"""Notebook 2's exercises: answers computed live from the tokenizers."""
+
+from . import exercise
+from .. import tokenizers
+
+CHOICES = {"a": tokenizers.gpt2, "b": lambda: tokenizers.openai("cl100k_base"),
+           "c": lambda: tokenizers.openai("o200k_base")}
+
+
+@exercise("02.will_tokens", hint="Count the coloured boxes in the GPT-2 row of the app above once you type it.",
+          explain="GPT-2 cuts 'Will will' into {answer} tokens: 'Will' and ' will' (the space belongs to the "
+                  "second word), two different ids.")
+def will_tokens(model):
+    """How many tokens does GPT-2's tokenizer use for "Will will"?"""
+    return len(tokenizers.gpt2().encode("Will will"))
+
+
+@exercise("02.space_same_id", hint="Compare the ids of 'will' and ' will' in the table above.",
+          explain="{answer}: the space is part of the chunk, so ' will' and 'will' are different entries in "
+                  "the vocabulary, with different ids.")
+def space_same_id(model):
+    """Does " will" (with a space before it) get the same GPT-2 id as "will"? (True or False)"""
+    gpt2 = tokenizers.gpt2()
+    return gpt2.encode(" will") == gpt2.encode("will")
+
+
+@exercise("02.fewest_chinese",
+          hint="Bigger vocabularies have room for more whole Chinese words. Which of the three is the newest?",
+          explain="({answer}) The newest vocabulary, o200k_base (about 200,000 tokens), holds many Chinese "
+                  "words whole; GPT-2's 50,257 mostly cut Chinese characters into bytes.")
+def fewest_chinese(model):
+    """Which tokenizer uses the fewest tokens for the Chinese sentence? (a) GPT-2 (b) GPT-4's cl100k_base
+    (c) GPT-4o's o200k_base"""
+    text = tokenizers.SAME_SENTENCE["Chinese"]
+    return min(CHOICES, key=lambda k: len(CHOICES[k]().encode(text)))

@@ -1,0 +1,71 @@
+"""Notebook 6's exercises: answers computed live, by running a prompt cache on the model the notebook
+passes (random prompts of a given length) or by pricing a receipt with the published price table."""
+
+from . import exercise
+from .. import memory, pricing
+from ..bench import random_ids
+from ..prompt_cache import ManualClock, PromptCache, Receipt
+
+
+@exercise("06.second_request_cached",
+          hint="Only full blocks of 16 are stored, and only from the first request's first 99 tokens "
+               "(its last token is always computed). Round down.",
+          explain="{answer} tokens: the first request stored its full blocks (6 x 16 = 96 of its first 99 tokens), "
+                  "and the second request starts with all of them. Its 30 new tokens, and the 4 shared ones "
+                  "after the last full block, are computed.")
+def second_request_cached(model):
+    """Block size 16. A first request of 100 tokens, then a second request of those same 100 tokens
+    followed by 30 new ones. How many tokens of the second request are read from the cache?"""
+    pc = PromptCache(model, block_size=16)
+    first = random_ids(model, 100, 6)
+    pc.prefill(first)
+    return pc.prefill(first + random_ids(model, 30, 7)).receipt.cached_tokens
+
+
+@exercise("06.anthropic_write_cost", tolerance=1e-9,
+          hint="Written tokens cost 1.25 each, the others 1 each; nothing is read from the cache yet.",
+          explain="{answer:g}: 1,200 written tokens at 1.25 plus 300 plain ones at 1. The first request costs "
+                  "MORE than sending it uncached (1,500); the saving comes from the next ones, which read the "
+                  "1,200 tokens at 0.1 (1,200 x 0.1 + 300 = 420).")
+def anthropic_write_cost(model):
+    """Under Anthropic's 5-minute cache prices, a 1,500-token request whose first 1,200 tokens are marked
+    with cache_control is sent for the first time (nothing cached yet). What does it cost, in units of
+    one uncached input token?"""
+    first_time = Receipt(input_tokens=1500, cached_tokens=0, written_tokens=1200, mode="explicit")
+    return pricing.cost(first_time, pricing.EXPLICIT["anthropic-5m"])
+
+
+@exercise("06.ttl_renewed",
+          hint="The TTL counts from an entry's last use, not from when it was written.",
+          explain="{answer} tokens: the hit at 200 s renewed the blocks, so at 450 s they had been unused for "
+                  "only 250 s, under the 300 s TTL. Only an entry left alone for longer than the TTL expires.")
+def ttl_renewed(model):
+    """TTL 300 s, block size 16. A 40-token prompt is sent at 0 s, the same prompt again at 200 s, and
+    again at 450 s. How many tokens of the request at 450 s are read from the cache?"""
+    clock = ManualClock()
+    pc = PromptCache(model, block_size=16, ttl_seconds=300, clock=clock)
+    prompt = random_ids(model, 40, 8)
+    pc.prefill(prompt)
+    clock.advance(200)
+    pc.prefill(prompt)
+    clock.advance(250)
+    return pc.prefill(prompt).receipt.cached_tokens
+
+
+@exercise("06.evicted",
+          hint="Under a byte budget the least recently USED prefix goes first; a hit counts as a use.",
+          explain="({answer}) B goes: A was used again at 2 s, after B was written at 1 s, so B was the least "
+                  "recently used prefix when C needed room.")
+def evicted(model):
+    """A cache with room for exactly 4 blocks of 16 tokens. Prefix A (2 blocks) is sent at 0 s, prefix B
+    (2 blocks) at 1 s, A again at 2 s, then prefix C (2 blocks) at 3 s. Whose blocks were evicted to make
+    room for C? (a) A's (b) B's (c) nobody's"""
+    clock = ManualClock()
+    block_bytes = 16 * memory.model_kv_bytes_per_token(model.config)
+    pc = PromptCache(model, block_size=16, max_bytes=4 * block_bytes, clock=clock)
+    a, b, c = (random_ids(model, 33, seed) for seed in (1, 2, 3))  # 33 tokens: 2 full blocks before the last
+    for prompt in (a, b, a, c):
+        pc.prefill(prompt)
+        clock.advance(1)
+    held = lambda p: pc.block_keys(p, "default", pc.spans(len(p)))[0] in pc.blocks  # looked up, not sent
+    return "a" if not held(a) else "b" if not held(b) else "c"

@@ -1,0 +1,57 @@
+"""Why prompt caches are kept per tenant: with one cache shared by everyone, the time to first
+token tells an attacker which prompts someone else has already sent.
+
+The attack is the audit of Gu et al., "Auditing Prompt Caching in Language Model APIs"
+(ICML 2025): time prompts that would hit a cache against prompts that cannot, and test
+whether the two samples of times differ. Their audits found caches shared across users
+at seven API providers, OpenAI among them; several changed this after the authors told them.
+They used a Kolmogorov-Smirnov test; here the Mann-Whitney U test asks a close question:
+does one sample tend to be larger than the other?
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import mannwhitneyu
+
+from . import memory
+from .bench import random_ids
+from .prompt_cache import PromptCache
+
+
+@dataclass
+class Attack:
+    shared: bool        # one cache for every tenant (True) or one per tenant (False)
+    sent: list          # the attacker's time to first token (ms) for prompts the victim had sent
+    unsent: list        # ... for prompts nobody had sent
+    pvalue: float       # Mann-Whitney U, two-sided: how surprising the difference is if there were none
+    prompt_tokens: int
+
+    @property
+    def medians(self):  # (sent, unsent) in ms
+        return float(np.median(self.sent)), float(np.median(self.unsent))
+
+
+def attack(model, share_across_tenants, n=100, prompt_tokens=128, block_size=16, seed=0):
+    """A victim sends every other one of n secret prompts; the attacker then sends all n and times each.
+
+    Interleaved (victim's, nobody's, victim's...), so a machine slowing down or speeding up
+    during the run touches both samples alike."""
+    pc = PromptCache(model, block_size=block_size, share_across_tenants=share_across_tenants)
+    secrets = [random_ids(model, prompt_tokens, seed * 100_003 + i) for i in range(n)]
+    for s in secrets[::2]:
+        pc.prefill(s, tenant="victim")
+    times = [pc.prefill(s, tenant="attacker").seconds * 1e3 for s in secrets]
+    sent, unsent = times[::2], times[1::2]
+    return Attack(share_across_tenants, sent, unsent, float(mannwhitneyu(sent, unsent).pvalue), prompt_tokens)
+
+
+def sized_for(model, gmacs=2.0):
+    """(secrets, prompt tokens) that keep both attacks to seconds on a laptop CPU: the longest prompt
+    (448, 256, 128 or 64 tokens, within the context) whose cold prefill costs at most `gmacs` billion
+    multiply-adds, with 60 secrets; a model too big even for 64 tokens (GPT-2 small) gets 30 secrets
+    of 64 tokens. Longer prompts make hits and misses further apart, so the test needs fewer of them."""
+    for tokens in (448, 256, 128, 64):
+        if tokens < model.config.n_ctx and sum(memory.forward_macs_by_part(model.config, 0, tokens).values()) <= gmacs * 1e9:
+            return 60, tokens
+    return 30, 64

@@ -1,0 +1,101 @@
+"""What notebooks 3 and 4 add to kvlib: similarity, separation by dimensions, model widths, the
+next-token top-k, the most attended token, the first token's share (attention sinks), the new
+plots, and the attention explorer on a model too big to draw every head."""
+
+import html
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+import kvlib
+from kvlib import attention, embeddings, plots, widgets
+
+
+def test_similarity_is_the_cosine_of_the_two_rows(tiny):
+    assert embeddings.similarity(tiny, "king", "king") == pytest.approx(1.0)
+    rows = embeddings.table(tiny)[[tiny.encode(" king")[0], tiny.encode(" queen")[0]]]
+    assert embeddings.similarity(tiny, "king", "queen") == pytest.approx(
+        torch.cosine_similarity(rows[0], rows[1], dim=0).item(), abs=1e-6)
+    with pytest.raises(kvlib.KVLibError, match="type a word"):
+        embeddings.similarity(tiny, " ", "queen")
+
+
+def test_separation_by_dims_matches_the_projection_and_a_trained_model_beats_a_random_one(tiny, random_gpt2):
+    scores = embeddings.separation_by_dims(tiny, max_dims=4)
+    coords, _, labels = embeddings.project(tiny, embeddings.families(tiny), 3)
+    assert len(scores) == 4 and scores[2] == embeddings.separation(coords, labels)
+    assert scores[2] > max(embeddings.separation_by_dims(random_gpt2, max_dims=3)) + 0.3
+    assert embeddings.dims_to_reach([0.2, 0.5, 0.9], 0.5) == 2
+    assert embeddings.dims_to_reach([0.2, 0.5], 0.95) is None
+
+
+def test_widths_put_loaded_models_before_published_ones(tiny, random_gpt2):
+    dims = embeddings.widths([tiny, random_gpt2])
+    assert list(dims)[:2] == ["tiny", "random-gpt2"] and dims["tiny"] == 256
+    assert dims["random-gpt2"] == dims["GPT-2 small (Radford et al. 2019)"] == 768
+    assert dims["Llama 3 70B (Llama Team 2024)"] == 8192
+
+
+def test_top_next_gives_the_models_probabilities_and_fills_a_trace(tiny):
+    trace = kvlib.Trace()
+    top = attention.top_next(tiny, "To be, or not", k=3, trace=trace)
+    probs = torch.softmax(tiny.forward(tiny.encode("To be, or not"))[-1], -1)
+    assert [p for _, p in top] == pytest.approx(probs.topk(3).values.tolist(), abs=1e-6)
+    assert top[0][0] == tiny.decode([int(probs.argmax())])
+    assert len(trace.layers) == tiny.config.n_layer
+
+
+def test_most_attended_and_the_first_tokens_share(tiny):
+    trace = kvlib.Trace()
+    tiny.forward(tiny.encode("Mary had a little lamb"), trace=trace)
+    row = trace.layers[1].weights[2, -1]
+    tokens = [tiny.decode([i]) for i in tiny.encode("Mary had a little lamb")]
+    j, tok, w = attention.most_attended(row, tokens)
+    assert w == row.max().item() and tok == tokens[j]
+    share = attention.first_token_share(trace)
+    assert share.shape == (tiny.config.n_layer, tiny.config.n_head)
+    assert share[1, 2] == pytest.approx(trace.layers[1].weights[2, 1:, 0].mean().item())
+    assert attention.even_first_share(2) == 0.5
+    assert attention.even_first_share(3) == pytest.approx((1 / 2 + 1 / 3) / 2)
+
+
+def test_smollm2_parks_attention_on_the_first_token(smollm2):
+    text = "Mary had a little lamb, its fleece was white as snow"
+    trace = kvlib.Trace()
+    smollm2.forward(smollm2.encode(text), trace=trace)
+    assert attention.first_token_share(trace).mean() > 2 * attention.even_first_share(len(smollm2.encode(text)))
+
+
+def test_new_plots_return_figures():
+    assert isinstance(plots.separation_curves({"a": [0.2, 0.5, 0.9]}, 0.2, "t"), Figure)
+    fig = plots.widths({"a": 256, "b": 8192}, "t")
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["a", "b"]
+    fig = plots.layer_heads(torch.softmax(torch.randn(3, 4, 4), -1), list("abcd"), layer=7)
+    assert len(fig.axes) == 3 and "layer 7" in fig.texts[0].get_text()
+    with pytest.raises(ValueError, match="one layer's weights"):
+        plots.layer_heads(torch.zeros(2, 3, 4, 4), list("abcd"), layer=0)
+
+
+def test_explorer_reads_the_last_row_aloud_and_draws_one_layer_of_a_big_model(small_llama, tiny, monkeypatch):
+    app = widgets.AttentionExplorer(tiny, "Mary had a little")
+    assert app.all_layers  # 4 x 4 heads: every layer at once
+    _, top, w = attention.most_attended(app.weights[-1], app.tokens)
+    assert f"gives most weight to <code>{html.escape(repr(top))}</code> ({w:.2f})" in app.grid.value
+    monkeypatch.setattr(widgets.AttentionExplorer, "ALL_LAYERS_UP_TO", 4)  # small_llama: 3 x 4 heads, "too many"
+    big = widgets.AttentionExplorer(small_llama, "Mary had a little")
+    assert not big.all_layers
+    before = big.thumbs.outputs[0]["data"]["image/png"]
+    big.layer.value = 2
+    assert big.thumbs.outputs[0]["data"]["image/png"] != before  # the thumbnails follow the chosen layer
+    big.head.value = 1
+    assert torch.equal(big.weights, big.trace.layers[2].weights[1])
+
+
+def test_kv_groups_find_the_shared_key_weights(small_llama, tiny):
+    assert attention.kv_groups(small_llama, 1) == [[0, 1], [2, 3]]  # 4 query heads, 2 K/V heads
+    assert attention.kv_groups(tiny, 0) == [[h] for h in range(tiny.config.n_head)]  # GPT-2: one K per head

@@ -1,0 +1,150 @@
+"""Notebook 5's evidence: old tokens' rows never change, the next step reads only the cached K and V
+(and changing them changes it), the shapes of one cached step, and its multiply-adds by part."""
+
+import re
+
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from kvlib import KVLibError, cache_evidence, memory, plots, widgets
+from kvlib.models import Config
+
+GPT2_SMALL = Config(12, 12, 768, 1024, 50257)
+
+
+@pytest.fixture(params=["tiny", "small_llama"])
+def model(request):
+    return request.getfixturevalue(request.param)
+
+
+def test_old_rows_never_change_when_a_token_is_added(model):
+    ids = [5, 17, 99, 3, 42, 8]
+    change = cache_evidence.old_rows_change(model, ids, new_id=11)
+    assert set(change) == {"q", "k", "v", "out", "resid"}
+    for part, per_layer in change.items():
+        assert len(per_layer) == model.config.n_layer
+        assert max(per_layer) < 1e-5, part
+
+
+def test_old_rows_change_would_see_a_change(tiny, monkeypatch):
+    """Without the causal mask an old token would see the new one: the same measure then reports it."""
+    from kvlib import gpt2
+
+    monkeypatch.setattr(gpt2, "causal_mask", lambda t, s, device=None: torch.zeros(t, s, device=device))
+    change = cache_evidence.old_rows_change(tiny, [5, 17, 99, 3], new_id=11)
+    assert max(change["out"]) > 1e-3 and max(change["resid"]) > 1e-3
+    assert change["q"][0] < 1e-5  # layer 0's queries come from the input alone; later layers' do not
+    assert max(change["q"][1:]) > 1e-3
+
+
+def test_the_step_reads_the_cached_keys_and_values(model):
+    fed, before, effects = cache_evidence.perturbation_effects(model, [5, 17, 99, 3], layer=0, position=1,
+                                                               sizes=(0.01, 1, 1000))
+    assert 0 <= fed < model.config.vocab_size
+    assert [(e.part, e.size) for e in effects] == [(p, s) for p in "KV" for s in (0.01, 1, 1000)]
+    for part in "KV":
+        changes = [e.change for e in effects if e.part == part]
+        assert changes[0] > 0 and changes[1] > changes[0]  # every change moves the logits, a bigger one more
+    big_v = next(e for e in effects if e.part == "V" and e.size == 1000)
+    assert big_v.token != before  # a big enough change to a value changes the prediction
+
+
+def test_noisy_row_changes_one_row_of_a_copy(tiny):
+    cache, _ = cache_evidence.prefill(tiny, [5, 17, 99, 3])
+    changed = cache_evidence.noisy_row(cache, "V", layer=2, position=1, size=0.5)
+    diff = (changed.layers[2].values - cache.layers[2].values).abs()
+    assert diff[:, 1].max() > 0 and diff[:, [0, 2, 3]].max() == 0
+    assert all((a.values == b.values).all() and (a.keys == b.keys).all()
+               for l, (a, b) in enumerate(zip(changed.layers, cache.layers)) if l != 2)
+    row = cache.layers[2].values[:, 1]
+    assert abs((changed.layers[2].values[:, 1] - row).norm() / row.norm() - 0.5) < 1e-3
+    with pytest.raises(KVLibError, match="'K' or 'V'"):
+        cache_evidence.noisy_row(cache, "Q", 0, 0, 1.0)
+    with pytest.raises(KVLibError, match="position in 0..3"):
+        cache_evidence.noisy_row(cache, "K", 0, 4, 1.0)
+
+
+def test_swapping_both_rows_is_reading_the_other_prompt(model):
+    runs = cache_evidence.swap_effects(model, [5, 17, 99], [5, 17, 300], [8, 9])
+    assert set(runs) == {"none", "K", "V", "K and V", "other"}
+    assert (runs["K and V"] - runs["other"]).abs().max() < 1e-4  # the cache is all the step knows of the past
+    assert (runs["none"] - model.forward([5, 17, 99, 8, 9])[-1]).abs().max() < 1e-4
+    assert (runs["K"] - runs["none"]).abs().max() > 1e-4 and (runs["V"] - runs["none"]).abs().max() > 1e-4
+    with pytest.raises(KVLibError, match="as many tokens"):
+        cache_evidence.swap_effects(model, [5, 17], [5, 17, 300], [8])
+
+
+def test_smollm2_evidence(smollm2):
+    ids = smollm2.encode("The capital of France")
+    change = cache_evidence.old_rows_change(smollm2, ids, smollm2.encode(" is")[0])
+    assert max(max(v) for v in change.values()) < 1e-4
+    runs = cache_evidence.swap_effects(smollm2, ids, smollm2.encode("The capital of Germany"), " is")
+    word = lambda logits: smollm2.decode([int(logits.argmax())])
+    assert word(runs["none"]) == " Paris" and word(runs["V"]) == " Berlin" == word(runs["other"])
+
+
+@pytest.mark.parametrize("name, kv_heads", [("tiny", None), ("small_llama", 2)])
+def test_step_shapes(request, name, kv_heads):
+    model = request.getfixturevalue(name)
+    c = model.config
+    trace, cache, token = cache_evidence.cached_step(model, [5, 17, 99, 3])
+    S, nkv = 5, kv_heads or c.n_head
+    shapes = cache_evidence.step_shapes(trace, cache, layer=c.n_layer - 1)
+    assert list(shapes) == list(cache_evidence.STEP_PARTS)
+    assert shapes == {"q": (c.n_head, 1, c.head_dim), "k": (nkv, 1, c.head_dim), "v": (nkv, 1, c.head_dim),
+                      "K": (nkv, S, c.head_dim), "V": (nkv, S, c.head_dim), "scores": (c.n_head, 1, S),
+                      "weights": (c.n_head, 1, S), "out": (c.n_head, 1, c.head_dim)}
+    assert torch.allclose(trace.layers[0].weights.sum(-1), torch.ones(c.n_head, 1))
+    assert (cache.layers[0].keys[:, -1:] == trace.layers[0].k).all()  # the step's own key was appended
+    table = cache_evidence.step_table(trace, cache, layer=c.n_layer - 1).splitlines()
+    assert len(table) == len(shapes) and table[0].split()[:4] == ["q", f"[{c.n_head},", "1,", f"{c.head_dim}]"]
+
+
+def test_macs_by_part_sum_to_the_step():
+    for n in (1, 32, 300):
+        for cached in (True, False):
+            parts = memory.decode_step_macs_by_part(GPT2_SMALL, n, cached)
+            assert sum(parts.values()) == memory.decode_step_macs(GPT2_SMALL, n, cached)
+    cached, plain = (memory.decode_step_macs_by_part(GPT2_SMALL, 300, c) for c in (True, False))
+    assert cached["logits"] == plain["logits"]  # one position's logits either way
+    assert plain["feed-forward"] == 300 * cached["feed-forward"]
+    assert plain["attention (scores and mixing)"] == sum(range(1, 301)) * 2 * 768 * 12
+
+
+def test_macs_table():
+    table = memory.macs_table(GPT2_SMALL, (32, 1024))
+    lines = table.splitlines()
+    assert "32 tokens" in lines[0] and "1024 tokens" in lines[0]
+    assert len({len(line) for line in lines}) == 1  # the columns line up
+    whole = lines[-1]
+    assert whole.startswith("whole step")
+    cached32, plain32, cached1024, plain1024 = (float(x.replace(",", "")) for x in re.findall(r"[\d,.]+", whole))
+    assert plain32 == round(memory.decode_step_macs(GPT2_SMALL, 32, False) / 1e6)
+    assert cached1024 == round(memory.decode_step_macs(GPT2_SMALL, 1024, True) / 1e6, 1)
+
+
+def test_macs_by_part_plot():
+    cached, plain = (memory.decode_step_macs_by_part(GPT2_SMALL, 512, c) for c in (True, False))
+    fig = plots.macs_by_part(cached, plain, "one step")
+    assert isinstance(fig, Figure)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == list(cached)[::-1]
+    with pytest.raises(ValueError, match="same parts"):
+        plots.macs_by_part(cached, {"logits": 1}, "x")
+
+
+def test_grid_filling_old_rows_and_cache_growth_info(tiny):
+    grid = widgets.GridFilling(tiny, "Mary had a little", new_tokens=4)
+    assert grid.old_rows_change() < 1e-5
+    grid.traces[2].layers[1].weights[0, 0, 0] += 0.5  # a changed old row is reported
+    assert grid.old_rows_change() >= 0.5
+    growth = widgets.CacheGrowth(tiny, "Mary had a little", new_tokens=3)
+    per_token = memory.model_kv_bytes_per_token(tiny.config)
+    prompt = len(tiny.encode("Mary had a little"))
+    for s in range(3):
+        growth.step.value = s
+        n = prompt + s
+        assert f"holds {n} tokens" in growth.info.value
+        assert f"{n * per_token:,} bytes</b>" in growth.info.value
+        assert f"{n} tokens × {per_token:,} bytes per token" in growth.info.value
