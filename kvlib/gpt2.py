@@ -50,7 +50,7 @@ def causal_mask(t_new, t_total, device=None):  # -> [T, S]
 
 
 def attention(q, k, v, mask):  # [nh, T, hs], [nh, S, hs], [nh, S, hs], [T, S] -> out [nh, T, hs]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + mask  # [nh, T, S]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + mask.to(q.dtype)  # [nh, T, S]
     weights = torch.softmax(scores, dim=-1)  # each row sums to 1
     return weights @ v, scores, weights
 

@@ -47,6 +47,7 @@ def rope_angles(positions, head_dim, theta):  # [T] -> cos, sin [T, hd]
 def rotate(x, cos, sin):  # [nh, T, hd] -> [nh, T, hd]
     """Turn each pair (a, b) by its angle: (a cos - b sin, b cos + a sin)."""
     a, b = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # angles are computed in fp32, applied in the model's dtype
     return x * cos + torch.cat([-b, a], dim=-1) * sin
 
 

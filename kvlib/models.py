@@ -63,8 +63,13 @@ class Model:
     def __repr__(self):
         c = self.config
         kv = f" ({c.n_kv_head} KV heads)" if c.n_kv_head != c.n_head else ""
-        return (f"Model({self.name!r}, {c.arch} family, on {self.device}: {c.n_layer} layers, {c.n_head} heads{kv}, "
-                f"{c.n_embd} dims, {c.n_ctx} context, {c.vocab_size} vocab)")
+        dtype = "" if self.dtype == torch.float32 else f", {str(self.dtype).removeprefix('torch.')}"
+        return (f"Model({self.name!r}, {c.arch} family, on {self.device}{dtype}: {c.n_layer} layers, "
+                f"{c.n_head} heads{kv}, {c.n_embd} dims, {c.n_ctx} context, {c.vocab_size} vocab)")
+
+    @property
+    def dtype(self):  # of the weights, so of every activation and of the KV cache
+        return self.params["h"][0][next(iter(self.params["h"][0]))].dtype
 
     def encode(self, text):  # str -> list[int]
         if not isinstance(text, str):
@@ -173,13 +178,25 @@ def llama_weights(c, sd):
 WEIGHTS = {"gpt2": gpt2_weights, "llama": llama_weights}
 
 
-def from_hf(name, hf_model, tokenizer, device):
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def pick_dtype(dtype=None):
+    """fp32 unless told; bf16 and fp16 halve the weights and the cache (at some precision)."""
+    if dtype is None or dtype in DTYPES.values():
+        return dtype or torch.float32
+    if str(dtype) not in DTYPES:
+        raise KVLibError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    return DTYPES[str(dtype)]
+
+
+def from_hf(name, hf_model, tokenizer, device, dtype=torch.float32):
     """Wrap a transformers model of a family kvlib runs: keep its weights, drop the module."""
     c = hf_model.config
     if c.model_type not in WEIGHTS:
         raise KVLibError(f"{name} is a {c.model_type!r} model; kvlib runs the GPT-2 and Llama families")
     try:
-        config, params = WEIGHTS[c.model_type](c, hf_model.to(device).float().state_dict())
+        config, params = WEIGHTS[c.model_type](c, hf_model.to(device, dtype).state_dict())
     except KVLibError as e:
         raise KVLibError(f"{name}: {e}") from None
     return Model(name, params, config, tokenizer, device)
@@ -261,9 +278,9 @@ def hf_model(name):
                      f"saved with save_pretrained")
 
 
-def load_model(name=None, device=None):
+def load_model(name=None, device=None, dtype=None):
     """A Model by name ('tiny', 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl', 'random-gpt2', 'smollm2')
-    or directory."""
+    or directory, on a device (CUDA, then MPS, then CPU) in a dtype (float32, bfloat16, float16)."""
     name = default_name() if name is None else str(name)
-    device = pick_device(device)
-    return from_hf(name, *hf_model(name), device)
+    device, dtype = pick_device(device), pick_dtype(dtype)
+    return from_hf(name, *hf_model(name), device, dtype)
