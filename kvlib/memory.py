@@ -8,6 +8,8 @@ T tokens only, and attention of each new token over everything before it. Groupe
 KV heads (Llama family) shrink both the cache and the K and V projections.
 """
 
+from dataclasses import dataclass, replace
+
 
 def kv_bytes_per_token(n_layer, n_kv_heads, head_dim, bytes_per_number=4):
     return 2 * n_layer * n_kv_heads * head_dim * bytes_per_number
@@ -62,3 +64,158 @@ def macs_table(config, lengths):
     rows = [f"{part:<{width}}" + "".join(f" | {cell(c, part):>8,.1f} {cell(u, part):>10,.0f}"
                                          for c, u in steps.values()) for part in parts]
     return "\n".join(heads + ["-" * len(heads[1])] + rows)
+
+
+# ---- the catalogue: real architectures, their KV cache at any context ----
+# Numbers come from each model's released configuration or code (source and date on each entry);
+# bytes_per_number defaults to 2 (bf16/fp16), how these models are served.
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    n_layer: int
+    n_head: int
+    n_kv_head: int      # K/V heads the code really caches (1 for multi-query attention)
+    head_dim: int       # not always hidden // n_head (Gemma)
+    hidden: int
+    context: int
+    params: float       # weights, a count (the nominal size in the model's name)
+    window: int = None  # sliding-window span of the local layers, in tokens
+    pattern: str = "G"  # the layers' repeating pattern: L local (windowed), G global; tiled over n_layer
+    mla: tuple = None   # multi-head latent attention: (latent, rope) numbers cached per layer per token
+    source: str = ""
+    date: str = ""
+    note: str = ""
+
+    @property
+    def local_layers(self):  # which layers keep only the last `window` tokens
+        return [self.window is not None and self.pattern[i % len(self.pattern)] == "L" for i in range(self.n_layer)]
+
+    @property
+    def numbers_per_token_per_layer(self):  # K and V of every KV head, or MLA's one shared latent
+        return sum(self.mla) if self.mla else 2 * self.n_kv_head * self.head_dim
+
+
+def _arch(name, n_layer, n_head, n_kv_head, head_dim, hidden, context, params, source, date, **extra):
+    return name, Architecture(name, n_layer, n_head, n_kv_head, head_dim, hidden, context, params,
+                              source=source, date=date, **extra)
+
+
+_GPT2 = "huggingface.co/openai-community/{}/config.json (Radford et al., 2019)"
+_LLAMA3 = "github.com/meta-llama/llama-models models/sku_list.py and the Llama 3 model card"
+_GEMMA = "github.com/google-deepmind/gemma gemma/gm/nn/_gemma.py, and the models' config.json on the hub"
+CATALOGUE = dict([
+    _arch("GPT-2 small", 12, 12, 12, 64, 768, 1024, 124e6, _GPT2.format("gpt2"), "2019-02"),
+    _arch("GPT-2 medium", 24, 16, 16, 64, 1024, 1024, 355e6, _GPT2.format("gpt2-medium"), "2019-02"),
+    _arch("GPT-2 large", 36, 20, 20, 64, 1280, 1024, 774e6, _GPT2.format("gpt2-large"), "2019-02"),
+    _arch("GPT-2 XL", 48, 25, 25, 64, 1600, 1024, 1.5e9, _GPT2.format("gpt2-xl"), "2019-02"),
+    _arch("Llama-2-7B", 32, 32, 32, 128, 4096, 4096, 7e9,
+          "github.com/meta-llama/llama MODEL_CARD.md (only 70B uses GQA) and configs of meta-llama/Llama-2-7b-hf",
+          "2023-07", note="multi-head attention: one K/V head per query head"),
+    _arch("Llama-2-70B", 80, 64, 8, 128, 8192, 4096, 70e9,
+          "github.com/meta-llama/llama MODEL_CARD.md and configs of meta-llama/Llama-2-70b-hf", "2023-07"),
+    _arch("Llama-3-8B", 32, 32, 8, 128, 4096, 8192, 8e9, _LLAMA3, "2024-04-18"),
+    _arch("Llama-3-70B", 80, 64, 8, 128, 8192, 8192, 70e9, _LLAMA3, "2024-04-18"),
+    _arch("Llama-3.1-405B", 126, 128, 8, 128, 16384, 131072, 405e9,
+          "github.com/meta-llama/llama-models models/llama3_1/api/sku_list.py", "2024-07"),
+    _arch("Mistral-7B-v0.1", 32, 32, 8, 128, 4096, 32768, 7e9,
+          "mistralai/Mistral-7B-v0.1 config.json (sliding_window 4096) and transformers' MistralConfig", "2023-09",
+          window=4096, pattern="L", note="every layer keeps a rolling window of 4,096 tokens"),
+    _arch("Falcon-7B", 32, 71, 1, 64, 4544, 2048, 7e9,
+          "tiiuae/falcon-7b config.json (multi_query: true) and transformers' modeling_falcon.py, which uses one "
+          "K/V head", "2023-05", note="multi-query attention: the config's 71 heads share one K/V head"),
+    _arch("DeepSeek-67B", 95, 64, 8, 128, 8192, 4096, 67e9,
+          "github.com/deepseek-ai/DeepSeek-LLM README.md and configs of deepseek-llm-67b-base", "2023-11"),
+    _arch("DeepSeek-V2", 60, 128, 128, 128, 5120, 131072, 236e9,
+          "DeepSeek-V2 technical report (arXiv:2405.04434) Sec. 3.1.2; DeepSeek-V3 repo inference/configs/"
+          "config_236B.json", "2024-05-06", mla=(512, 64),
+          note="MLA: one 512-number latent plus a 64-number RoPE key per layer, shared by all 128 heads"),
+    _arch("DeepSeek-V3", 61, 128, 128, 128, 7168, 131072, 671e9,
+          "github.com/deepseek-ai/DeepSeek-V3 inference/configs/config_671B.json and inference/model.py",
+          "2024-12-26", mla=(512, 64)),
+    _arch("Gemma-2-9B", 42, 16, 8, 256, 3584, 8192, 9e9, _GEMMA, "2024-06", window=4096, pattern="LG",
+          note="head_dim 256 is not 3584 / 16; local and global layers alternate"),
+    _arch("Gemma-2-27B", 46, 32, 16, 128, 4608, 8192, 27e9, _GEMMA, "2024-06", window=4096, pattern="LG"),
+    _arch("Gemma-3-12B", 48, 16, 8, 256, 3840, 131072, 12e9, _GEMMA + "; Gemma 3 technical report (2025)",
+          "2025-03", window=1024, pattern="LLLLLG", note="five local layers (1,024-token window) per global one"),
+    _arch("Gemma-3-27B", 62, 32, 16, 128, 5376, 131072, 27e9, _GEMMA + "; Gemma 3 technical report (2025)",
+          "2025-03", window=1024, pattern="LLLLLG"),
+    _arch("SmolLM2-135M", 30, 9, 3, 64, 576, 8192, 135e6,
+          "HuggingFaceTB/SmolLM2-135M config.json (Allal et al., 2025); live in kvlib", "2024-11"),
+])
+
+GPUS = {  # nominal memory, decimal gigabytes as vendors state them
+    "NVIDIA T4": 16e9, "NVIDIA L4": 24e9, "GeForce RTX 4090": 24e9, "NVIDIA A100 40GB": 40e9,
+    "NVIDIA A100 80GB": 80e9, "NVIDIA H100": 80e9, "NVIDIA H200": 141e9, "NVIDIA B200": 192e9,
+}
+
+FACTS = {
+    "vllm_token_states": ((0.204, 0.382), "Kwon et al., 2023, 'Efficient Memory Management for Large Language "
+                          "Model Serving with PagedAttention', Sec. 1 and Fig. 2: the share of KV memory holding "
+                          "token states in earlier systems"),
+    "vllm_token_states_paged": (0.963, "the same figure for vLLM, Kwon et al., 2023, Fig. 2"),
+    "vllm_waste": (0.04, "vLLM blog post 'Easy, Fast, and Cheap LLM Serving with PagedAttention' (2023-06-20): "
+                   "under 4 % of KV memory wasted"),
+    "deepseek_v2_kv_reduction": (0.933, "DeepSeek-V2 technical report (2024): KV cache reduced by 93.3 % "
+                                 "against DeepSeek 67B"),
+    "deepseek_v2_deployed_kv_bits": (6, "DeepSeek-V2 technical report Sec. 3.2.3: the deployed model's KV cache "
+                                     "is compressed to about 6 bits per element on average"),
+    "kivi": ("keys per channel, values per token", "Liu et al., 2024, 'KIVI: A Tuning-Free Asymmetric 2bit "
+             "Quantization for KV Cache', Sec. 1 and Fig. 2: keys have a few outlier channels"),
+    "streamingllm_sinks": (4, "Xiao et al., 2023, 'Efficient Streaming Language Models with Attention Sinks', "
+                           "Sec. 3.1 and 4: keep the first 4 tokens beside a rolling window"),
+}
+
+
+def of_model(model):
+    """The Architecture of a live kvlib model, so the catalogue's formulas meet real tensors."""
+    c = model.config
+    n_params = sum(t.numel() for k, t in model.params.items() if k != "h" and k != "lm_head.weight")
+    n_params += sum(t.numel() for layer in model.params["h"] for t in layer.values())
+    return Architecture(model.name, c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.n_embd, c.n_ctx, n_params,
+                        source="the loaded model", date="live")
+
+
+def kv_bytes_per_layer(arch, context, bytes_per_number=2):
+    """Bytes each layer's cache holds after `context` tokens (a local layer keeps at most its window)."""
+    per_token = arch.numbers_per_token_per_layer * bytes_per_number
+    return [per_token * (min(context, arch.window) if local else context) for local in arch.local_layers]
+
+
+def kv_bytes(arch, context, batch=1, bytes_per_number=2):
+    """Bytes of the whole cache: every layer, every sequence of the batch."""
+    return batch * sum(kv_bytes_per_layer(arch, context, bytes_per_number))
+
+
+def weight_bytes(arch, bytes_per_number=2):
+    return int(arch.params * bytes_per_number)
+
+
+def crossover_context(arch, bytes_per_number=2, batch=1, limit=10_000_000):
+    """The smallest context at which the cache outweighs the weights; None if not within `limit`
+    (a model whose every layer is windowed stops growing)."""
+    weights = weight_bytes(arch, bytes_per_number)
+    if kv_bytes(arch, limit, batch, bytes_per_number) <= weights:
+        return None
+    low, high = 0, limit  # kv_bytes grows with the context: bisect
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if kv_bytes(arch, mid, batch, bytes_per_number) <= weights else (low, mid)
+    return high
+
+
+def mistakes(arch, context, bytes_per_number=2):
+    """Classic wrong estimates of this model's cache: {mistake: (wrong bytes, right bytes)}."""
+    right = kv_bytes(arch, context, bytes_per_number=bytes_per_number)
+    wrong = {}
+    if not arch.mla and arch.head_dim != arch.hidden // arch.n_head:
+        wrong["head_dim taken as hidden / heads"] = replace(arch, head_dim=arch.hidden // arch.n_head)
+    if not arch.mla and arch.n_kv_head < arch.n_head:
+        wrong["shared K/V heads ignored (GQA or MQA counted as one K/V head per query head)"] = replace(arch, n_kv_head=arch.n_head)
+    if arch.window and "G" in arch.pattern:
+        wrong["sliding window applied to every layer"] = replace(arch, pattern="L")
+    if arch.window:
+        wrong["sliding window ignored"] = replace(arch, window=None)
+    if arch.mla:
+        wrong["latent attention counted as full K and V per head"] = replace(arch, mla=None)
+    return {k: (kv_bytes(a, context, bytes_per_number=bytes_per_number), right) for k, a in wrong.items()}
