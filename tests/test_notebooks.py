@@ -71,14 +71,20 @@ def seconds(cell):
     return (parse(end) - parse(start)).total_seconds()
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
-    """As a learner runs it: the default model (tiny offline), every cell in order, no error, nothing on stderr."""
-    monkeypatch.delenv("KVLIB_MODEL", raising=False)  # the kernel inherits this environment
+def run(path, out):
+    """Execute a notebook as a learner does (the kernel inherits this environment); keep the result in out."""
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=True,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
-    nbformat.write(nb, tmp_path / path.name)  # kept for a person to look at when a check below fails
+    nbformat.write(nb, out / path.name)  # kept for a person to look at when a check fails
+    return nb
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
+    """As a learner runs it: the default model (tiny offline), every cell in order, no error, nothing on stderr."""
+    monkeypatch.delenv("KVLIB_MODEL", raising=False)
+    nb = run(path, tmp_path)
     previous = ""
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -88,3 +94,17 @@ def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
                                         f"before it:\n{cell.source[:300]}"
         for out in cell.get("outputs", []):
             assert out.get("name") != "stderr", f"{path.name}: stderr output: {out.get('text', '')[:500]}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_without_smollm2(path, tmp_path, monkeypatch):
+    """Offline with no SmolLM2: every notebook still runs on tiny; exactly its `%%needs smollm2` cells
+    say how to get the model instead of running."""
+    monkeypatch.delenv("KVLIB_MODEL", raising=False)
+    monkeypatch.setenv("KVLIB_HOME", str(tmp_path / "kvlib-home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    nb = run(path, tmp_path)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            skipped = any("python -m kvlib download smollm2" in o.get("text", "") for o in cell.outputs)
+            assert skipped == cell.source.startswith("%%needs smollm2"), cell.source[:200]
