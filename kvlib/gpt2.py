@@ -39,14 +39,19 @@ def merge_heads(x):  # [nh, T, hs] -> [T, C]
     return x.transpose(0, 1).reshape(x.shape[1], -1)
 
 
-def causal_mask(t_new, t_total, device=None):  # -> [T, S]
+def causal_mask(t_new, t_total, device=None, window=None, sinks=0):  # -> [T, S]
     """0 where a token may look, -inf above the diagonal (the future).
 
     -inf, not 0: softmax takes exp, exp(0) = 1 would still give the future weight,
-    exp(-inf) = 0 gives it none. The new tokens sit at positions S-T .. S-1."""
-    past = t_total - t_new
-    future = torch.ones(t_new, t_total, dtype=torch.bool, device=device).triu(past + 1)
-    return torch.zeros(t_new, t_total, device=device).masked_fill(future, float("-inf"))
+    exp(-inf) = 0 gives it none. The new tokens sit at positions S-T .. S-1. With a sliding
+    `window`, a token also stops seeing tokens `window` or more behind it, except the first
+    `sinks` (kept as attention sinks, as StreamingLLM does)."""
+    i = torch.arange(t_total - t_new, t_total, device=device)[:, None]  # where the new tokens sit
+    j = torch.arange(t_total, device=device)[None]
+    seen = j <= i
+    if window is not None:
+        seen &= (i - j < window) | (j < sinks)
+    return torch.zeros(t_new, t_total, device=device).masked_fill(~seen, float("-inf"))
 
 
 def attention(q, k, v, mask):  # [nh, T, hs], [nh, S, hs], [nh, S, hs], [T, S] -> out [nh, T, hs]
@@ -55,11 +60,11 @@ def attention(q, k, v, mask):  # [nh, T, hs], [nh, S, hs], [nh, S, hs], [T, S] -
     return weights @ v, scores, weights
 
 
-def mha(x, p, n_head, layer_cache=None, record=None):  # [T, C] -> [T, C]
+def mha(x, p, n_head, layer_cache=None, record=None, window=None, sinks=0):  # [T, C] -> [T, C]
     q, k, v = linear(x, p["attn.c_attn.weight"], p["attn.c_attn.bias"]).chunk(3, dim=-1)  # 3 x [T, C]
     q, k, v = (split_heads(t, n_head) for t in (q, k, v))  # [nh, T, hs]
     k_all, v_all = (k, v) if layer_cache is None else layer_cache.append(k, v)  # [nh, S, hs]
-    mask = causal_mask(q.shape[1], k_all.shape[1], x.device)
+    mask = causal_mask(q.shape[1], k_all.shape[1], x.device, window, sinks)
     out, scores, weights = attention(q, k_all, v_all, mask)  # [nh, T, hs]
     if record is not None:
         record(x=x, q=q, k=k, v=v, scores=scores, weights=weights, out=out)
@@ -71,12 +76,12 @@ def ffn(x, p):  # [T, C] -> [T, 4C] -> [T, C]
     return linear(h, p["mlp.c_proj.weight"], p["mlp.c_proj.bias"])
 
 
-def block(x, p, n_head, eps, layer_cache=None, record=None):  # [T, C] -> [T, C]
-    x = x + mha(layer_norm(x, p["ln_1.weight"], p["ln_1.bias"], eps), p, n_head, layer_cache, record)
+def block(x, p, n_head, eps, layer_cache=None, record=None, window=None, sinks=0):  # [T, C] -> [T, C]
+    x = x + mha(layer_norm(x, p["ln_1.weight"], p["ln_1.bias"], eps), p, n_head, layer_cache, record, window, sinks)
     return x + ffn(layer_norm(x, p["ln_2.weight"], p["ln_2.bias"], eps), p)
 
 
-def gpt2(ids, params, config, past_len=0, cache=None, trace=None, last_only=False):  # [T] -> [T, V]
+def gpt2(ids, params, config, past_len=0, cache=None, trace=None, last_only=False, window=None, sinks=0):  # [T] -> [T, V]
     """Logits for the new tokens `ids`, which sit at positions past_len .. past_len+T-1.
 
     With a cache, only the new tokens go through the layers; each layer appends its
@@ -87,10 +92,10 @@ def gpt2(ids, params, config, past_len=0, cache=None, trace=None, last_only=Fals
     for i, p in enumerate(params["h"]):
         x = block(x, p, config.n_head, config.eps,
                   layer_cache=None if cache is None else cache.layers[i],
-                  record=None if trace is None else trace.recorder(i))
+                  record=None if trace is None else trace.recorder(i), window=window, sinks=sinks)
         if trace is not None:
             trace.block_output(i, x)
     if last_only:
         x = x[-1:]  # [1, C]
     x = layer_norm(x, params["ln_f.weight"], params["ln_f.bias"], config.eps)
-    return x @ params["wte.weight"].T  # [T, V]: the output head is tied to the token embedding
+    return x @ params["lm_head.weight"]  # [T, V]: the output head, GPT-2's token table transposed ([C, V])

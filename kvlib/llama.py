@@ -61,13 +61,13 @@ def grouped_attention(q, k, v, mask):  # [nh, T, hd], [nkv, S, hd] x 2, [T, S] -
     return out.view(nh, T, hd), scores.view(nh, T, -1), weights.view(nh, T, -1)
 
 
-def gqa(x, p, config, cos, sin, layer_cache=None, record=None):  # [T, C] -> [T, C]
+def gqa(x, p, config, cos, sin, layer_cache=None, record=None, window=None, sinks=0):  # [T, C] -> [T, C]
     q = split_heads(linear(x, p["self_attn.q_proj.weight"]), config.n_head)  # [nh, T, hd]
     k = split_heads(linear(x, p["self_attn.k_proj.weight"]), config.n_kv_head)  # [nkv, T, hd]
     v = split_heads(linear(x, p["self_attn.v_proj.weight"]), config.n_kv_head)  # [nkv, T, hd]
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)  # position enters here, and only here
     k_all, v_all = (k, v) if layer_cache is None else layer_cache.append(k, v)  # [nkv, S, hd]: keys after RoPE
-    mask = causal_mask(q.shape[1], k_all.shape[1], x.device)
+    mask = causal_mask(q.shape[1], k_all.shape[1], x.device, window, sinks)
     out, scores, weights = grouped_attention(q, k_all, v_all, mask)  # [nh, T, hd]
     if record is not None:
         record(x=x, q=q, k=k, v=v, scores=scores, weights=weights, out=out)
@@ -79,12 +79,13 @@ def swiglu(x, p):  # [T, C] -> [T, I] -> [T, C]
     return linear(gate * linear(x, p["mlp.up_proj.weight"]), p["mlp.down_proj.weight"])
 
 
-def block(x, p, config, cos, sin, layer_cache=None, record=None):  # [T, C] -> [T, C]
-    x = x + gqa(rms_norm(x, p["input_layernorm.weight"], config.eps), p, config, cos, sin, layer_cache, record)
+def block(x, p, config, cos, sin, layer_cache=None, record=None, window=None, sinks=0):  # [T, C] -> [T, C]
+    x = x + gqa(rms_norm(x, p["input_layernorm.weight"], config.eps), p, config, cos, sin, layer_cache, record,
+                window, sinks)
     return x + swiglu(rms_norm(x, p["post_attention_layernorm.weight"], config.eps), p)
 
 
-def llama(ids, params, config, past_len=0, cache=None, trace=None, last_only=False):  # [T] -> [T, V]
+def llama(ids, params, config, past_len=0, cache=None, trace=None, last_only=False, window=None, sinks=0):  # [T] -> [T, V]
     """Logits for the new tokens `ids`, at positions past_len .. past_len+T-1 (as gpt2.gpt2)."""
     cos, sin = rope_angles(torch.arange(past_len, past_len + len(ids), device=ids.device),
                            config.head_dim, config.rope_theta)  # [T, hd], shared by every layer
@@ -92,7 +93,7 @@ def llama(ids, params, config, past_len=0, cache=None, trace=None, last_only=Fal
     for i, p in enumerate(params["h"]):
         x = block(x, p, config, cos, sin,
                   layer_cache=None if cache is None else cache.layers[i],
-                  record=None if trace is None else trace.recorder(i))
+                  record=None if trace is None else trace.recorder(i), window=window, sinks=sinks)
         if trace is not None:
             trace.block_output(i, x)
     if last_only:

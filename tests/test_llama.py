@@ -8,7 +8,6 @@ matplotlib.use("Agg")
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from transformers import LlamaForCausalLM
 
 import kvlib
