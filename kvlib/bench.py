@@ -3,38 +3,69 @@
 decode: tokens/s of kvlib with and without its KV cache and of transformers'
 `generate` with and without its cache, on the same weights and prompt (random-gpt2,
 GPT-2's shape, by default; any model by name, SmolLM2 included), against the
-memory-bandwidth floor of a decode step (every weight read once per token).
+memory-bandwidth floor of a decode step (every weight read once per token) and the
+time of that step's bare weight matmuls (the floor torch itself reaches).
 prompt caching: time to first token of a long prompt cold, warm (all but its last
 tokens cached) and with no prompt cache at all (what a 0 % hit rate costs).
+suite (`python -m kvlib bench --out DIR`): all of it on GPT-2's shape and SmolLM2 at
+several prompt lengths, written to DIR/bench.json, DIR/bench.md and plots.
+
+Every clock read here first waits for the device (`models.synchronize`): a GPU runs
+ahead of Python, and a clock read without waiting times the queueing, not the work.
 """
 
+import functools
+import json
+import os
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from . import models
+from . import memory, models
 from .generate import generate
 
 
-def read_bandwidth(nbytes=512 * 2**20, repeats=5):
-    """Bytes per second this machine reads from memory (a big tensor summed, best of a few)."""
-    x = torch.ones(nbytes // 4)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        x.sum()
-        best = min(best, time.perf_counter() - t0)
-    return nbytes / best
+def timed(fn, device="cpu"):
+    """(fn(), seconds it took), the device's queued work finished on both sides of the clock."""
+    models.synchronize(device)
+    t0 = time.perf_counter()
+    out = fn()
+    models.synchronize(device)
+    return out, time.perf_counter() - t0
+
+
+def read_bandwidth(device="cpu", nbytes=512 * 2**20, repeats=5):
+    """Bytes per second `device` reads from its own memory (a big tensor there summed, best of a few)."""
+    x = torch.ones(nbytes // 4, device=device)
+    x.sum()  # warm up: a GPU's first kernel pays for its launch
+    return nbytes / min(timed(x.sum, device)[1] for _ in range(repeats))
 
 
 def weight_bytes(model):
     """Bytes of weights one decode step reads: every matrix once, but only a row of a lookup table."""
-    lookups = {"wpe.weight", "embed_tokens.weight"}  # GPT-2's wte is also its output head: read whole
+    lookups = {"wte.weight", "wpe.weight", "embed_tokens.weight"}  # the output head is its own [C, V] copy
     tensors = [t for k, t in model.params.items() if k != "h" and k not in lookups]
     tensors += [t for layer in model.params["h"] for t in layer.values()]
     return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def bare_matmul_seconds(model, repeats=5):
+    """Median seconds of one decode step's weight matmuls alone: every matrix of every layer and the
+    output head times one token's vector, back to back, nothing else. What torch itself reaches."""
+    weights = [w for layer in model.params["h"] for w in layer.values() if w.ndim == 2]  # [in, out] each
+    weights.append(model.params["lm_head.weight"])  # [C, V]
+    xs = {n: torch.randn(1, n, device=model.device, dtype=model.dtype) for n in {w.shape[0] for w in weights}}
+
+    def step():
+        for w in weights:
+            torch.mm(xs[w.shape[0]], w)  # [1, in] @ [in, out]
+
+    step()  # warm up
+    return statistics.median(timed(step, model.device)[1] for _ in range(repeats))
 
 
 def random_ids(model, n, seed):
@@ -42,35 +73,93 @@ def random_ids(model, n, seed):
     return torch.randint(0, model.config.vocab_size, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def timed(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0
+class Arrivals:
+    """A transformers streamer that reads the clock as each token arrives (after the device is done)."""
+
+    def __init__(self, device):
+        self.device, self.times = device, []
+
+    def put(self, value):  # called with the prompt first, then with each new token
+        models.synchronize(self.device)
+        self.times.append(time.perf_counter())
+
+    def end(self):
+        pass
+
+
+def run_kvlib(model, prompt, new_tokens, use_cache):
+    """(new ids, clock at each token's arrival, the Generation)."""
+    arrivals = []
+    gen = generate(model, prompt, new_tokens, use_cache=use_cache, stop_at_eos=False,
+                   on_token=lambda *_: arrivals.append(time.perf_counter()))  # generate has synced the step
+    return gen.ids, arrivals, gen
+
+
+def run_transformers(hf, prompt, new_tokens, use_cache, device):
+    """(new ids, clock at each token's arrival, None) for transformers' own greedy `generate`."""
+    arrivals = Arrivals(device)
+    out = hf.generate(torch.tensor([prompt], device=device), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                      do_sample=False, use_cache=use_cache, pad_token_id=0, streamer=arrivals)
+    assert len(arrivals.times) == new_tokens + 1, "transformers' streamer no longer puts the prompt, then each token"
+    return out[0, len(prompt):].tolist(), arrivals.times[1:], None
+
+
+LABELS = ("kvlib, cached", "transformers, cached", "kvlib, uncached", "transformers, uncached")
+
+
+def load_pair(name, device="cpu"):
+    """(kvlib Model, transformers model) holding the same tensors, on one device."""
+    hf, tok = models.hf_model(name)
+    model = models.from_hf(name, hf, tok, models.pick_device(device))
+    return model, hf.to(model.device)
+
+
+def decode_rates(model, hf, prompt_len, new_tokens, uncached_tokens=None, seed=0, warm_up=True, repeats=2):
+    """Decode seconds per token of the four runs on one prompt, each from its first new token's
+    arrival to its last (the prefill, time to first token, is timed apart).
+
+    The cheap cached runs go `repeats` times, kvlib and transformers in turn, and keep their
+    best, so a busy machine's drift hits both alike. Uncached runs may generate fewer tokens
+    (each of their steps rereads the whole sequence)."""
+    if new_tokens < 2 or (uncached_tokens or new_tokens) < 2:
+        raise models.KVLibError("decode speed needs at least 2 new tokens (it is timed between tokens)")
+    uncached_tokens = uncached_tokens or new_tokens
+    prompt = random_ids(model, prompt_len, seed)
+    runs = {"kvlib, cached": lambda n: run_kvlib(model, prompt, n, True),
+            "transformers, cached": lambda n: run_transformers(hf, prompt, n, True, model.device),
+            "kvlib, uncached": lambda n: run_kvlib(model, prompt, n, False),
+            "transformers, uncached": lambda n: run_transformers(hf, prompt, n, False, model.device)}
+    if warm_up:
+        for run in runs.values():
+            run(2)
+    order = [label for _ in range(repeats) for label in LABELS[:2]] + list(LABELS[2:])
+    rows, ttft, gens = {}, {}, {}
+    for label in order:
+        n = new_tokens if "uncached" not in label else uncached_tokens
+        t0 = time.perf_counter()
+        ids, arrivals, gen = runs[label](n)
+        seconds = (arrivals[-1] - arrivals[0]) / (len(arrivals) - 1)
+        if label not in rows or seconds < rows[label][1]:
+            rows[label], ttft[label], gens[label] = (ids, seconds), arrivals[0] - t0, gen
+    gen = gens["kvlib, cached"]
+    return {"rows": {label: rows[label] for label in LABELS}, "ttft": ttft,
+            "step": statistics.median(gen.step_seconds[1:]), "cache_tokens": len(gen.cache),
+            "cache_bytes": gen.cache.nbytes, "prompt_len": prompt_len, "new_tokens": new_tokens,
+            "uncached_tokens": uncached_tokens}
+
+
+def same_tokens(rows):
+    """Did the four runs pick the same tokens (as far as the shortest went)?"""
+    n = min(len(ids) for ids, _ in rows.values())
+    return len({tuple(ids[:n]) for ids, _ in rows.values()}) == 1
 
 
 def decode(name="random-gpt2", prompt_len=32, new_tokens=128, seed=0, device="cpu"):
-    hf, tok = models.hf_model(name)
-    model = models.from_hf(name, hf, tok, models.pick_device(device))  # the same tensors as hf
-    hf = hf.to(model.device)
-    prompt = random_ids(model, prompt_len, seed)
-
-    def ours(use_cache):
-        return generate(model, prompt, new_tokens, use_cache=use_cache, stop_at_eos=False).ids
-
-    def theirs(use_cache):
-        out = hf.generate(torch.tensor([prompt], device=model.device), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                          do_sample=False, use_cache=use_cache, pad_token_id=0)
-        return out[0, prompt_len:].tolist()
-
-    ours(True), theirs(True)  # warm up both
-    rows = {}
-    for label, fn in [("kvlib, cached", lambda: ours(True)), ("transformers, cached", lambda: theirs(True)),
-                      ("kvlib, uncached", lambda: ours(False)), ("transformers, uncached", lambda: theirs(False))]:
-        rows[label] = timed(fn)
-    step = statistics.median(generate(model, prompt, 16, stop_at_eos=False).step_seconds[1:])
+    model, hf = load_pair(name, device)
+    r = decode_rates(model, hf, prompt_len, new_tokens, seed=seed)
     nbytes = weight_bytes(model)
-    return {"model": model, "rows": rows, "step": step, "floor": nbytes / read_bandwidth(), "weight_bytes": nbytes,
-            "prompt_len": prompt_len, "new_tokens": new_tokens}
+    return {**r, "model": model, "floor": nbytes / read_bandwidth(model.device), "weight_bytes": nbytes,
+            "bare": bare_matmul_seconds(model)}
 
 
 def step_seconds(model, prompt_len=32, new_tokens=256, sample_every=32, seed=0):
@@ -84,26 +173,27 @@ def step_seconds(model, prompt_len=32, new_tokens=256, sample_every=32, seed=0):
     lengths = np.arange(prompt_len, prompt_len + new_tokens)  # tokens fed by the uncached step
     sampled = sorted(set(lengths[::sample_every].tolist()) | {int(lengths[-1])})
     model.forward(seq[:sampled[0]], last_only=True)  # warm up
-    timed_at = [min(timed(lambda: model.forward(seq[:n], last_only=True))[1] for _ in range(2)) for n in sampled]
+    timed_at = [min(timed(lambda: model.forward(seq[:n], last_only=True), model.device)[1] for _ in range(2))
+                for n in sampled]
     # step 0 is the prompt's prefill for both; after it the cached step feeds one token
     return {"lengths": lengths, "cached": np.array(gen.step_seconds), "uncached": np.interp(lengths, sampled, timed_at)}
 
 
 def report_decode(r):
-    n = r["new_tokens"]
-    print(f"{r['model']}, fp32: {r['prompt_len']} prompt + {n} new tokens, greedy, {torch.get_num_threads()} threads")
-    tps = {label: n / seconds for label, (_, seconds) in r["rows"].items()}
+    print(f"{r['model']}, fp32: {r['prompt_len']} prompt + {r['new_tokens']} new tokens, greedy, "
+          f"{torch.get_num_threads()} threads; decode speed, from the first new token to the last")
+    tps = {label: 1 / seconds for label, (_, seconds) in r["rows"].items()}
     for label, value in tps.items():
         print(f"  {label:<24} {value:8.1f} tok/s")
-    ids = {label: out for label, (out, _) in r["rows"].items()}
-    print(f"  same tokens in all four runs: {len({tuple(v) for v in ids.values()}) == 1}")
+    print(f"  same tokens in all four runs: {same_tokens(r['rows'])}")
     print(f"  kvlib cached / transformers cached: {tps['kvlib, cached'] / tps['transformers, cached']:.2f}x")
     print(f"  kvlib cached / kvlib uncached:      {tps['kvlib, cached'] / tps['kvlib, uncached']:.2f}x")
     print(f"  transformers cached / uncached:     "
           f"{tps['transformers, cached'] / tps['transformers, uncached']:.2f}x")
     print(f"  bandwidth floor: {r['weight_bytes'] / 1e6:.0f} MB of weights per step at "
           f"{r['weight_bytes'] / r['floor'] / 1e9:.1f} GB/s = {r['floor'] * 1e3:.1f} ms; kvlib's cached step "
-          f"{r['step'] * 1e3:.1f} ms reaches {r['floor'] / r['step']:.0%} of it")
+          f"{r['step'] * 1e3:.1f} ms reaches {r['floor'] / r['step']:.0%} of it; the bare weight matmuls "
+          f"of a step take {r['bare'] * 1e3:.1f} ms ({r['floor'] / r['bare']:.0%})")
 
 
 PREFILLS = {"none": "no prompt cache", "cold": "prompt cache, cold (0 % hits)", "warm": "prompt cache, warm"}
@@ -120,7 +210,8 @@ def prompt_caching(model, prompt_len=1024, uncached_tail=16, repeats=3, seed=0):
     runs = {k: [] for k in PREFILLS}
     for r in range(repeats):  # interleaved, so drift hits all three alike; a new tail each time
         prompt = shared + random_ids(model, uncached_tail, seed + 2 + r)
-        runs["none"].append(timed(lambda: model.forward(prompt, cache=model.new_cache(), last_only=True))[1])
+        runs["none"].append(timed(lambda: model.forward(prompt, cache=model.new_cache(), last_only=True),
+                                  model.device)[1])
         runs["cold"].append(PromptCache(model, block_size=16).prefill(prompt).seconds)
         res = warm.prefill(prompt)
         runs["warm"].append(res.seconds)
@@ -138,7 +229,190 @@ def report_prompt_caching(r):
     print(f"  cost of a 0 % hit rate: {t['cold'] / t['none'] - 1:+.1%} over no prompt cache")
 
 
+# --- the suite: python -m kvlib bench --out DIR ---
+
+SUITE_MODELS = ("random-gpt2", "smollm2")
+SUITE_PROMPTS = (32, 256, 900)
+
+
+def uncached_tokens_for(prompt_len, cached_tokens):
+    """Fewer uncached tokens at long prompts: each uncached step rereads the whole prompt."""
+    return max(2, min(cached_tokens, 2048 // prompt_len))  # 32 -> 32, 256 -> 8, 900 -> 2
+
+
+def cpu_name():
+    """The processor's model name where the system says it (Linux), else its architecture."""
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def machine(device):
+    """What ran the suite, in words and numbers."""
+    device = torch.device(device)
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return {"device": str(device), "gpu": gpu, "cpu_cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "platform": platform.platform(), "processor": cpu_name(),
+            "torch": torch.__version__}
+
+
+def suite_model(name, device, prompts, cached_tokens, cache_prompt_tokens, bandwidth, say):
+    """Everything the suite measures on one model, as plain numbers for JSON."""
+    model, hf = load_pair(name, device)
+    say(f"{model}")
+    nbytes, bare = weight_bytes(model), bare_matmul_seconds(model)
+    floor = nbytes / bandwidth
+    say(f"  floor {floor * 1e3:.1f} ms/token ({nbytes / 1e6:.0f} MB of weights), bare matmuls {bare * 1e3:.1f} ms")
+    decodes = []
+    for i, p in enumerate(prompts):
+        p = min(p, model.config.n_ctx - cached_tokens)  # room for the answer in the context
+        r = decode_rates(model, hf, p, cached_tokens, uncached_tokens_for(p, cached_tokens), warm_up=i == 0)
+        seconds = {label: s for label, (_, s) in r["rows"].items()}
+        decodes.append({"prompt_len": p, "new_tokens": {"cached": cached_tokens, "uncached": r["uncached_tokens"]},
+                        "tokens_per_second": {k: 1 / s for k, s in seconds.items()},
+                        "fraction_of_floor": {k: floor / s for k, s in seconds.items()},
+                        "time_to_first_token_seconds": r["ttft"], "kvlib_step_seconds": r["step"],
+                        "same_tokens": same_tokens(r["rows"]),
+                        "kvlib_over_transformers_cached": seconds["transformers, cached"] / seconds["kvlib, cached"],
+                        "cache_tokens": r["cache_tokens"], "cache_bytes": r["cache_bytes"]})
+        tps = decodes[-1]["tokens_per_second"]
+        say(f"  prompt {p}: " + ", ".join(f"{k} {v:.1f}" for k, v in tps.items()) + " tok/s; "
+            f"kvlib/transformers cached {decodes[-1]['kvlib_over_transformers_cached']:.2f}x")
+    pc = prompt_caching(model, min(cache_prompt_tokens, model.config.n_ctx), repeats=2)
+    say(f"  time to first token, {pc['prompt_len']}-token prompt: cold {pc['seconds']['cold'] * 1e3:.0f} ms, "
+        f"warm {pc['seconds']['warm'] * 1e3:.0f} ms")
+    per_token = memory.model_kv_bytes_per_token(model.config, bytes_per_number=model.dtype.itemsize)
+    return {"model": str(model), "weight_bytes": nbytes, "floor_seconds": floor, "bare_matmul_seconds": bare,
+            "bare_matmul_fraction_of_floor": floor / bare, "decode": decodes,
+            "time_to_first_token": {"prompt_len": pc["prompt_len"], "seconds": pc["seconds"],
+                                    "warm_cached_tokens": pc["receipt"].cached_tokens},
+            "kv_bytes": {"formula_bytes_per_token": per_token,
+                         "tokens": [d["cache_tokens"] for d in decodes],
+                         "measured": [d["cache_bytes"] for d in decodes],
+                         "formula": [d["cache_tokens"] * per_token for d in decodes]}}
+
+
+def suite(out, device="cpu", names=SUITE_MODELS, prompts=SUITE_PROMPTS, cached_tokens=32,
+          cache_prompt_tokens=1024, say=functools.partial(print, flush=True)):
+    """Run every measurement, write out/bench.json, out/bench.md (a table) and out/*.png; returns the dict."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+
+    def progress(line):
+        say(f"[{time.perf_counter() - start:5.0f} s] {line}")
+
+    device = models.pick_device(device)
+    bandwidth = read_bandwidth(device)
+    progress(f"{device}: reads {bandwidth / 1e9:.1f} GB/s")
+    result = {"machine": machine(device), "bandwidth_bytes_per_second": bandwidth,
+              "models": {name: suite_model(name, device, prompts, cached_tokens, cache_prompt_tokens, bandwidth,
+                                           progress) for name in names}}
+    result["seconds"] = time.perf_counter() - start
+    for name, figure in FIGURES.items():
+        figure(result).savefig(out / name, dpi=100)
+    result["plots"] = list(FIGURES)
+    (out / "bench.json").write_text(json.dumps(result, indent=1))
+    (out / "bench.md").write_text(table := markdown_table(result))
+    say(table)
+    progress(f"wrote {out / 'bench.json'}, {out / 'bench.md'} and {len(result['plots'])} plots")
+    return result
+
+
+def markdown_table(result):
+    """The suite's decode figures as a Markdown table, one row per model and prompt."""
+    m = result["machine"]
+    lines = [f"{m['gpu'] or m['processor']}, {m['cpu_cores']} cores, {m['torch_threads']} torch threads, "
+             f"{m['device']}, torch {m['torch']}; memory read at {result['bandwidth_bytes_per_second'] / 1e9:.1f} GB/s",
+             "", "| model | prompt | kvlib cached | transformers cached | kvlib / transformers | kvlib uncached | "
+             "transformers uncached | floor | bare matmuls | kvlib step | cold / warm TTFT |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in result["models"].items():
+        t = r["time_to_first_token"]["seconds"]
+        for d in r["decode"]:
+            tps = d["tokens_per_second"]
+            lines.append(f"| {name} | {d['prompt_len']} | {tps['kvlib, cached']:.1f} tok/s | "
+                         f"{tps['transformers, cached']:.1f} tok/s | {d['kvlib_over_transformers_cached']:.2f}x | "
+                         f"{tps['kvlib, uncached']:.1f} tok/s | {tps['transformers, uncached']:.1f} tok/s | "
+                         f"{r['floor_seconds'] * 1e3:.1f} ms | {r['bare_matmul_seconds'] * 1e3:.1f} ms | "
+                         f"{d['kvlib_step_seconds'] * 1e3:.1f} ms ({r['floor_seconds'] / d['kvlib_step_seconds']:.0%})"
+                         f" | {t['cold'] * 1e3:.0f} / {t['warm'] * 1e3:.0f} ms |")
+    return "\n".join(lines) + "\n"
+
+
+def _axes(n):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5 * n, 4), layout="constrained")
+    return fig, fig.subplots(1, n, squeeze=False)[0]
+
+
+def plot_decode(result):
+    """Decode tokens/s per prompt length, the four runs side by side, one panel per model."""
+    fig, axes = _axes(len(result["models"]))
+    for ax, (name, r) in zip(axes, result["models"].items()):
+        x = np.arange(len(r["decode"]))
+        for i, label in enumerate(LABELS):
+            ax.bar(x + (i - 1.5) * 0.2, [d["tokens_per_second"][label] for d in r["decode"]], 0.2, label=label)
+        ax.set_xticks(x, [str(d["prompt_len"]) for d in r["decode"]])
+        ax.set(yscale="log", xlabel="prompt tokens", ylabel="decode tokens/s", title=name)
+    axes[0].legend(fontsize=8)
+    return fig
+
+
+def plot_ttft(result):
+    """Time to first token of a long prompt: no prompt cache, cold and warm."""
+    fig, axes = _axes(len(result["models"]))
+    for ax, (name, r) in zip(axes, result["models"].items()):
+        t = r["time_to_first_token"]
+        ax.bar(list(PREFILLS.values()), [t["seconds"][k] * 1e3 for k in PREFILLS], color=["grey", "C3", "C2"])
+        ax.set(ylabel="ms", title=f"{name}, {t['prompt_len']}-token prompt")
+        ax.tick_params(axis="x", labelsize=7)
+    return fig
+
+
+def plot_kv_bytes(result):
+    """Bytes of kvlib's cache after each run against the formula's line."""
+    fig, axes = _axes(len(result["models"]))
+    for ax, (name, r) in zip(axes, result["models"].items()):
+        kv = r["kv_bytes"]
+        tokens = np.array([0, max(kv["tokens"])])
+        ax.plot(tokens, tokens * kv["formula_bytes_per_token"] / 1e6, "--", color="grey",
+                label=f"formula: {kv['formula_bytes_per_token']:,} bytes/token")
+        ax.plot(kv["tokens"], np.array(kv["measured"]) / 1e6, "o", label="measured cache")
+        ax.set(xlabel="tokens in the cache", ylabel="MB", title=name)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def plot_floor(result):
+    """Milliseconds per cached decode step against the bandwidth floor and the bare matmuls."""
+    fig, axes = _axes(len(result["models"]))
+    for ax, (name, r) in zip(axes, result["models"].items()):
+        d = r["decode"][0]
+        bars = {"bandwidth floor": r["floor_seconds"], "bare matmuls": r["bare_matmul_seconds"],
+                "kvlib, cached": 1 / d["tokens_per_second"]["kvlib, cached"],
+                "transformers, cached": 1 / d["tokens_per_second"]["transformers, cached"]}
+        ax.bar(list(bars), [s * 1e3 for s in bars.values()], color=["grey", "C7", "C0", "C1"])
+        for i, s in enumerate(bars.values()):
+            ax.annotate(f"{r['floor_seconds'] / s:.0%}", (i, s * 1e3), ha="center", va="bottom", fontsize=8)
+        ax.set(ylabel="ms per token (% = share of the floor)", title=f"{name}, {d['prompt_len']}-token prompt")
+        ax.tick_params(axis="x", labelsize=7)
+    return fig
+
+
+FIGURES = {"decode_tokens_per_second.png": plot_decode, "time_to_first_token.png": plot_ttft,
+           "kv_bytes.png": plot_kv_bytes, "bandwidth_floor.png": plot_floor}
+
+
 def main(args):
+    if args.threads:
+        torch.set_num_threads(args.threads)  # oversubscribed cores make every thread wait on the slowest
+    if args.out:
+        suite(args.out, args.device)
+        return
     r = decode(args.model, args.prompt_tokens, args.new_tokens, device=args.device)
     report_decode(r)
     print()

@@ -65,9 +65,11 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
     gen = Generation(prompt_ids=prompt_ids, cache=model.new_cache() if use_cache else None)
     ids, feed = list(prompt_ids), list(prompt_ids)
     while True:
+        model.synchronize()  # a GPU runs ahead of Python: wait for it before each clock read
         t0 = time.perf_counter()
         logits = model.forward(feed, cache=gen.cache, last_only=True)[-1]
-        token = sample(logits, temperature, top_k, top_p, generator)
+        token = sample(logits, temperature, top_k, top_p, generator)  # int() waits too, but don't rely on it
+        model.synchronize()
         gen.step_seconds.append(time.perf_counter() - t0)
         ids.append(token)
         gen.ids.append(token)

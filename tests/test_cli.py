@@ -2,6 +2,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 
 def kvlib_cli(*args):
@@ -31,5 +32,19 @@ def test_bench_runs_all_four_side_by_side(model):
     for label in ("kvlib, cached", "transformers, cached", "kvlib, uncached", "transformers, uncached"):
         assert label in r.stdout
     assert "same tokens in all four runs: True" in r.stdout
-    assert "bandwidth floor" in r.stdout
+    assert "bandwidth floor" in r.stdout and "bare weight matmuls" in r.stdout
     assert "warm receipt: 40 input, 16 cached, 16 written" in r.stdout  # 24 shared -> one 16-token block hit
+
+
+def test_bench_out_runs_the_whole_suite_on_the_device_asked(monkeypatch, tmp_path):
+    from kvlib import __main__, bench
+
+    calls = []
+    monkeypatch.setattr(bench, "suite", lambda out, device: calls.append((out, device)))
+    threads = torch.get_num_threads()
+    try:
+        __main__.main(["bench", "--out", str(tmp_path), "--device", "cpu", "--threads", "1"])
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert calls == [(str(tmp_path), "cpu")]  # tests/test_bench.py runs the suite itself, at tiny sizes
