@@ -19,11 +19,13 @@ Two modes, as the two big providers cache:
 Each block is stored once and shared by every request that hits it; a request copies
 its hit blocks into a KVCache of its own, which it then extends, so a request never
 changes what another one sees. Entries expire `ttl_seconds` after their last use;
-under `max_bytes` the least recently used blocks go first (deepest first, so a
-prefix is never left with a hole), and the budget is never exceeded. Tenants never
-share blocks unless `share_across_tenants=True`, which exists to show why providers
-should not do that (notebook 6 and `kvlib.leak`: time to first token leaks other
-tenants' prompts).
+under `max_bytes` the least recently used blocks go first, and the budget is never
+exceeded. A prefix is never left with a hole: only leaves are evicted (blocks that no
+stored block continues), as vLLM frees a request's tail blocks first and SGLang's radix
+tree evicts leaves; and using or writing a block renews its ancestors too, so a parent
+never expires before its children. Tenants never share blocks unless
+`share_across_tenants=True`, which exists to show why providers should not do that
+(notebook 6 and `kvlib.leak`: time to first token leaks other tenants' prompts).
 """
 
 import hashlib
@@ -90,6 +92,7 @@ class Block:
     depth: int    # 0 for the first block of a prompt
     last_used: float
     nbytes: int
+    parent: bytes = None  # the hash of the block before it (None at depth 0)
 
 
 class PromptCache:
@@ -155,6 +158,7 @@ class PromptCache:
 
         cache_control (mode="explicit" only): where cacheable prefixes end, in tokens, one int
         or a list (like Anthropic's `cache_control` marker after a system prompt)."""
+        self.model.synchronize()  # time this prefill only, not work still queued on a GPU
         t0 = time.perf_counter()
         ids = self.model.check_ids(prompt).tolist()
         spans = self.spans(len(ids), cache_control)
@@ -170,8 +174,9 @@ class PromptCache:
                 hits.append(self.blocks[k])
             if hits and spans[len(hits) - 1][1] < self.min_tokens:
                 hits = []  # automatic mode: a hit shorter than the minimum is no hit
+            if hits:
+                self._touch(keys[len(hits) - 1], now)
             for b in hits:
-                b.last_used = now
                 self.events.append((now, tenant, "hit", b.depth))
             for layer, cached in enumerate(cache.layers):  # copy while the blocks cannot be evicted
                 if hits:  # room for the whole prompt, so the hit is copied in once and never regrown
@@ -183,6 +188,7 @@ class PromptCache:
         receipt = Receipt(len(ids), spans[len(hits) - 1][1] if hits else 0, sum(e - s for s, e in written.values()),
                           ["hit" if d < len(hits) else "written" if d in written else "computed" for d in range(len(keys))],
                           self.mode)
+        self.model.synchronize()  # the logits are ready only when the device says so
         return Result(logits, cache, receipt, time.perf_counter() - t0)
 
     def answer(self, prompt, max_new_tokens=20, temperature=1.0, top_k=None, top_p=None, seed=None,
@@ -208,7 +214,7 @@ class PromptCache:
             now = self.clock()
             for depth in range(start, len(keys)):
                 if keys[depth] in self.blocks:  # another request wrote it meanwhile
-                    self.blocks[keys[depth]].last_used = now
+                    self._touch(keys[depth], now)
                     continue
                 if depth and keys[depth - 1] not in self.blocks:
                     break  # its parent was evicted: the block could never be reached
@@ -218,7 +224,9 @@ class PromptCache:
                 nbytes = sum(t.numel() * t.element_size() for t in k + v)
                 if not self._make_room(nbytes, protect=set(keys[:depth])):
                     break
-                self.blocks[keys[depth]] = Block(k, v, depth, now, nbytes)
+                parent = keys[depth - 1] if depth else None
+                self.blocks[keys[depth]] = Block(k, v, depth, now, nbytes, parent)
+                self._touch(keys[depth], now)  # its ancestors are as fresh as it is
                 self.events.append((now, tenant, "write", depth))
                 written[depth] = spans[depth]
         return written
@@ -229,14 +237,24 @@ class PromptCache:
         if nbytes > self.max_bytes:
             return False
         used = sum(b.nbytes for b in self.blocks.values())
-        # least recently used first; among equals the deepest, so prefixes stay whole
-        victims = sorted((k for k in self.blocks if k not in protect),
-                         key=lambda k: (self.blocks[k].last_used, -self.blocks[k].depth))
-        while used + nbytes > self.max_bytes and victims:
-            k = victims.pop(0)
+        while used + nbytes > self.max_bytes:
+            # only leaves may go, so every stored block stays reachable from its prompt's start;
+            # among them the least recently used, then the deepest
+            parents = {b.parent for b in self.blocks.values()}
+            leaves = [k for k in self.blocks if k not in parents and k not in protect]
+            if not leaves:
+                return False
+            k = min(leaves, key=lambda k: (self.blocks[k].last_used, -self.blocks[k].depth))
             used -= self.blocks[k].nbytes
             self.events.append((self.clock(), None, "evict", self.blocks.pop(k).depth))
-        return used + nbytes <= self.max_bytes
+        return True
+
+    def _touch(self, key, now):
+        """Mark a block and all its ancestors used now: a parent is never older than its children."""
+        while key is not None:
+            block = self.blocks[key]
+            block.last_used = now
+            key = block.parent
 
     def _expire(self, now):
         old = [k for k, b in self.blocks.items() if now - b.last_used > self.ttl]

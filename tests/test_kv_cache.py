@@ -118,3 +118,28 @@ def test_trace_with_cache_sees_all_tokens(tiny):
     tiny.forward([14], cache=cache, trace=trace)
     assert trace.layers[0].scores.shape == (tiny.config.n_head, 1, 5)
     assert torch.equal(trace.layers[0].k[:, 0], cache.layers[0].keys[:, 4])
+
+
+def snapshot(cache):
+    return [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+
+
+def assert_unchanged(cache, before):
+    assert len(cache) == before[0][0].shape[1]
+    for layer, (k, v) in zip(cache.layers, before):
+        assert torch.equal(layer.keys, k) and torch.equal(layer.values, v)
+
+
+def test_writing_into_a_copy_never_changes_the_original(tiny):
+    cache = tiny.new_cache()
+    tiny.forward([1, 2, 3, 4, 5], cache=cache)  # the buffer has spare room the copy must not share
+    before = snapshot(cache)
+    twin = cache.copy()
+    for layer in twin.layers:  # writing into the copy's tensors in place
+        layer.keys.mul_(-1)
+        layer.values.zero_()
+    tiny.forward([6, 7, 8], cache=twin)  # and decoding on from it
+    assert_unchanged(cache, before)
+    twin_before = snapshot(twin)
+    tiny.forward([9, 9], cache=cache)  # and the other way round
+    assert_unchanged(twin, twin_before)

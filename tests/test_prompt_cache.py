@@ -114,22 +114,101 @@ def test_tenants_never_hit_each_others_prefixes(tiny):
 
 
 def test_concurrent_requests_all_get_correct_results(tiny):
-    pc = kvlib.PromptCache(tiny, block_size=8, max_bytes=40 * 8 * 8192)
+    """Four threads, two tenants, a budget of 12 blocks for two 8-block system prompts: evictions race with hits."""
+    per_block = 8 * memory_bytes(tiny)
+    pc = kvlib.PromptCache(tiny, block_size=8, max_bytes=12 * per_block)
     system = ids(64, 11)
     prompts = [system + ids(5 + i % 7, 100 + i) for i in range(24)]
     expected = [tiny.forward(p)[-1] for p in prompts]
-    errors = []
+    results, errors = {}, []
 
     def worker(k):
-        for i in range(k, len(prompts), 4):
-            res = pc.prefill(prompts[i], tenant=f"t{i % 2}")
-            if (res.logits - expected[i]).abs().max() >= 1e-4:
-                errors.append(i)
+        try:
+            for i in range(k, len(prompts), 4):
+                results[i] = pc.prefill(prompts[i], tenant=f"t{i % 2}")
+                assert pc.nbytes <= 12 * per_block
+        except BaseException as e:  # a thread's exception would only end the thread: hand it to the test
+            errors.append(e)
 
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    assert not errors and pc.nbytes <= 40 * 8 * 8192
+    if errors:
+        raise errors[0]
+    assert sorted(results) == list(range(len(prompts)))  # every request answered
+    for i, res in results.items():
+        assert (res.logits - expected[i]).abs().max() < 1e-4, i
+        assert len(res.cache) == len(prompts[i])
+    kinds = [e[2] for e in pc.events]
+    assert "evict" in kinds and "hit" in kinds  # the budget was reached while requests hit
+    assert_no_holes(pc)
+
+
+class Tick:
+    """A clock that moves one second every time it is read, as a real clock moves during a prefill."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        self.now += 1
+        return self.now
+
+
+def assert_no_holes(pc):
+    for key, block in pc.blocks.items():
+        assert (block.parent is None) == (block.depth == 0)
+        assert block.parent is None or block.parent in pc.blocks, f"block at depth {block.depth} lost its parent"
+        assert block.parent is None or pc.blocks[block.parent].last_used >= block.last_used
+
+
+def test_eviction_never_leaves_a_hole_under_a_ticking_clock(tiny):
+    # a hit stamps the parents before the prefill and the new children after it, so plain LRU took the parents
+    pc = kvlib.PromptCache(tiny, block_size=4, max_bytes=5 * 4 * memory_bytes(tiny), clock=Tick())
+    shared = ids(12, 1)
+    five = shared + ids(9, 2)
+    assert pc.prefill(shared + [7]).receipt.written_tokens == 12  # 3 blocks
+    assert pc.prefill(five).receipt.blocks == ["hit"] * 3 + ["written"] * 2
+    assert pc.prefill(ids(13, 3)).receipt.written_tokens == 12  # an unrelated 3-block prompt: 3 blocks must go
+    assert sum(e[2] == "evict" for e in pc.events) == 3
+    assert_no_holes(pc)
+    assert sorted(b.depth for b in pc.blocks.values()) == [0, 0, 1, 1, 2]  # five's blocks 4, 3, 2 went, leaves first
+    res = pc.prefill(five)
+    assert res.receipt.cached_tokens == 8  # the surviving prefix is hit
+    assert (res.logits - tiny.forward(five)[-1]).abs().max() < 1e-4
+
+
+def test_a_hit_renews_its_ancestors_so_expiry_leaves_no_hole(tiny):
+    clock = Tick()
+    pc = kvlib.PromptCache(tiny, block_size=4, ttl_seconds=100, clock=clock)
+    shared = ids(12, 1)
+    pc.prefill(shared + [7])
+    pc.prefill(shared + ids(9, 2))  # children written a few ticks after their parents were hit
+    children = [b.last_used for b in pc.blocks.values() if b.depth >= 3]
+    clock.now = min(children) + 99  # past the parents' old stamp, within the children's TTL
+    pc.expire()
+    assert_no_holes(pc)
+    assert len(pc.blocks) == 5
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(stream=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 24), st.sampled_from("ab"), st.integers(0, 40)),
+                       min_size=1, max_size=15),
+       budget_blocks=st.integers(1, 12), ttl=st.integers(5, 60))
+def test_no_request_stream_leaves_a_hole(tiny, stream, budget_blocks, ttl):
+    """Random streams of prompts sharing prefixes, under a ticking clock, a small budget and a short TTL."""
+    clock = Tick()
+    budget = budget_blocks * 4 * memory_bytes(tiny)
+    pc = kvlib.PromptCache(tiny, block_size=4, max_bytes=budget, ttl_seconds=ttl, clock=clock)
+    prefixes = [ids(24, s) for s in range(4)]
+    for which, n, tenant, wait in stream:
+        clock.now += wait
+        prompt = prefixes[which][:n] + [which + 1]
+        res = pc.prefill(prompt, tenant=tenant)
+        assert res.receipt.cached_tokens % 4 == 0 and len(res.cache) == len(prompt)
+        assert_no_holes(pc)
+        assert pc.nbytes <= budget
+        assert_no_holes(pc)  # nbytes expired what had run out
 
 
 def test_a_request_never_changes_what_another_sees(tiny):
@@ -305,3 +384,24 @@ def test_stream_prices_rows_evicts_under_a_budget_and_reads_fully(tiny):
 def memory_bytes(model):
     from kvlib import memory
     return memory.model_kv_bytes_per_token(model.config)
+
+
+def test_writing_into_a_requests_cache_never_changes_the_stored_blocks(tiny):
+    pc = kvlib.PromptCache(tiny, block_size=8)
+    prompt = ids(33, 3)
+    writer = pc.prefill(prompt)  # the request whose cache the blocks were taken from
+    stored = {key: [t.clone() for t in b.keys + b.values] for key, b in pc.blocks.items()}
+    assert len(stored) == 4
+    reader = pc.prefill(prompt[:20] + ids(6, 4))  # a hit on 2 blocks, extended by a new third one
+    assert reader.receipt.blocks[:2] == ["hit", "hit"]
+    stored.update({key: [t.clone() for t in b.keys + b.values] for key, b in pc.blocks.items() if key not in stored})
+    for res in (writer, reader):
+        for layer in res.cache.layers:  # writing into the request's cache in place (before decoding regrows it)
+            layer.keys.mul_(-1)
+            layer.values.zero_()
+        tiny.forward([5, 6, 7], cache=res.cache)  # and decoding on, which appends to it
+    for key, tensors in stored.items():
+        assert all(torch.equal(a, b) for a, b in zip(pc.blocks[key].keys + pc.blocks[key].values, tensors))
+    res = pc.prefill(prompt)
+    assert res.receipt.cached_tokens == 32
+    assert (res.logits - tiny.forward(prompt)[-1]).abs().max() < 1e-4
