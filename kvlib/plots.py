@@ -408,3 +408,87 @@ def macs_by_part(cached, uncached, title, unit=1e6):
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def step_seconds_by_context(lengths, ms, title):
+    """Measured milliseconds (of a cached decode step, or of its attention alone) against the tokens
+    already in the cache, with a straight trend line through them."""
+    fig = Figure(figsize=(8, 3.4))
+    ax = fig.add_subplot()
+    ax.plot(lengths, ms, "o", color="#3d85c6", label="measured (fastest of several repeats)")
+    x, y = np.asarray(lengths, dtype=float), np.asarray(ms, dtype=float)
+    # the median of the slopes between pairs of points (Theil-Sen): one point slowed by a busy moment
+    # of the machine cannot tilt it, as it would a least-squares fit
+    slope = np.median([(y[j] - y[i]) / (x[j] - x[i]) for i in range(len(x)) for j in range(i + 1, len(x))])
+    intercept = np.median(y - slope * x)
+    ax.plot(x, intercept + slope * x, "--", color="#999999",
+            label=f"trend: {intercept:.2f} ms + {slope * 1e3:.2f} ms per 1,000 cached tokens")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("tokens already in the cache"), ax.set_ylabel("milliseconds per step")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def attention_share(lengths, shares_by_model, title):
+    """The fraction of a cached decode step's multiply-adds spent in attention, against the context
+    (log axis), one line per model ({name: [share per length]}); the 50 % line marks where it dominates."""
+    fig = Figure(figsize=(8, 3.6))
+    ax = fig.add_subplot()
+    for (name, shares), colour in zip(shares_by_model.items(), FAMILY_COLOURS):
+        if len(shares) != len(lengths):
+            raise ValueError(f"{name}: {len(shares)} shares for {len(lengths)} lengths: pass one per length")
+        ax.plot(lengths, np.asarray(shares) * 100, color=colour, label=name)
+    ax.axhline(50, color="#999999", ls="--", lw=1)
+    ax.text(lengths[0], 52, "attention is half the step", fontsize=8, color="#666666")
+    ax.set_xscale("log")
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("tokens in the cache (log scale)"), ax.set_ylabel("% of the step's multiply-adds")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def savings_vs_loss(names, saved, kl, title):
+    """Each way of shrinking the cache as a point: the fraction of its bytes saved (x) against the KL of the
+    next-token distribution from the uncompressed model's (y, log scale: nats, 0 drawn at the bottom)."""
+    if not len(names) == len(saved) == len(kl):
+        raise ValueError(f"{len(names)} names, {len(saved)} savings and {len(kl)} KLs: pass one of each per method")
+    floor = 1e-5  # a KL of 0 (nothing changed) has no place on a log axis: draw it at the floor
+    fig = Figure(figsize=(9, 4.2))
+    ax = fig.add_subplot()
+    for k, (name, x, y) in enumerate(zip(names, saved, kl)):
+        colour = FAMILY_COLOURS[k % len(FAMILY_COLOURS)]
+        ax.scatter(x * 100, max(y, floor), color=colour, s=40, zorder=3)
+        left = k % 2  # every other label on the left of its point, so neighbours' labels do not collide
+        ax.annotate(name, (x * 100, max(y, floor)), textcoords="offset points", xytext=(-6 if left else 6, 4),
+                    ha="right" if left else "left", fontsize=7, color=colour)
+    ax.set_yscale("log")
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of the cache's bytes saved"), ax.set_ylabel("KL from the full model (nats, log)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def loss_by_position(curves, title, smooth=16):
+    """Next-token loss along a text, one line per variant ({label: [loss per position]}), each averaged
+    over `smooth` neighbouring positions so the trend shows through the word-to-word noise."""
+    fig = Figure(figsize=(8, 3.6))
+    ax = fig.add_subplot()
+    for (label, losses), colour in zip(curves.items(), FAMILY_COLOURS):
+        if len(losses) < smooth:
+            raise ValueError(f"{label}: {len(losses)} positions, fewer than smooth={smooth}: pass a longer text")
+        moving = np.convolve(losses, np.ones(smooth) / smooth, mode="valid")
+        ax.plot(np.arange(len(moving)) + smooth // 2, moving, color=colour, label=label)
+    ax.set_xlabel("position in the text (tokens)"), ax.set_ylabel(f"loss (nats), mean of {smooth} positions")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

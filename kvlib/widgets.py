@@ -521,3 +521,77 @@ class PromptCacheStream(W.VBox):
             f"<table style='border-collapse:collapse' cellpadding='3'><tr><th>request</th><th>tenant</th>"
             f"<th>blocks</th><th>input</th><th>cached</th><th>written</th><th>prefill</th><th>cost</th>"
             f"<th>expired/evicted</th></tr>{''.join(rows)}</table>")
+
+
+DTYPE_BYTES = {"fp32 (4 bytes)": 4, "bf16 / fp16 (2 bytes)": 2, "fp8 / int8 (1 byte)": 1}
+CONTEXTS = [2 ** k for k in range(10, 21)]  # 1K ... 1M tokens
+FITS = {True: "<span style='color:#38761d'>fits</span>", False: "<span style='color:#b00020'>does not fit</span>"}
+
+
+def _tokens_label(n):
+    return f"{n // 2 ** 20}M" if n >= 2 ** 20 else f"{n // 2 ** 10}K"
+
+
+def _gb(nbytes):
+    return f"{nbytes / 1e9:,.2f} GB"
+
+
+class KVCalculator(W.VBox):
+    """Size the KV cache of a real model from its architecture: pick a model, a number format, a context
+    and a batch; read the bytes per layer, per sequence and per batch beside the memory of common GPUs."""
+
+    def __init__(self, model="Llama-3-8B", dtype="bf16 / fp16 (2 bytes)", context=131072, batch=1):
+        from . import memory
+        self.memory = memory
+        self.model = W.Dropdown(options=list(memory.CATALOGUE), value=model, description="Model")
+        self.dtype = W.Dropdown(options=list(DTYPE_BYTES), value=dtype, description="Numbers",
+                                layout=W.Layout(width="auto"))
+        self.context = W.SelectionSlider(options=[(_tokens_label(n), n) for n in CONTEXTS], value=context,
+                                         description="Context", continuous_update=False)
+        self.batch = W.IntSlider(value=batch, min=1, max=64, description="Batch", continuous_update=False)
+        self.info, self.shown_bytes = W.HTML(), None
+        for w in (self.model, self.dtype, self.context, self.batch):
+            w.observe(lambda _: self.update(), names="value")
+        super().__init__([W.HBox([self.model, self.dtype]), W.HBox([self.context, self.batch]), self.info])
+        self.update()
+
+    def update(self):
+        try:
+            self.info.value = self.report()
+        except Exception as e:  # show the problem in place; the app keeps working
+            self.shown_bytes = None
+            self.info.value = _error(e)
+
+    def report(self):
+        m = self.memory
+        arch, b = m.CATALOGUE[self.model.value], DTYPE_BYTES[self.dtype.value]
+        context, batch = self.context.value, self.batch.value
+        layers = m.kv_bytes_per_layer(arch, context, b)
+        sequence = sum(layers)
+        total = self.shown_bytes = m.kv_bytes(arch, context, batch, b)
+        weights = m.weight_bytes(arch, b)
+        crossover = m.crossover_context(arch, b, batch)
+        per_layer = " or ".join(f"{n:,}" for n in sorted(set(layers), reverse=True))
+        kinds = (f" ({sum(arch.local_layers)} local layers capped at their {arch.window:,}-token window)"
+                 if arch.window else "")
+        beyond = (f"<br><span style='color:#b45f06'>{_tokens_label(context)} tokens is past {arch.name}'s "
+                  f"trained context of {arch.context:,}: the cache would take this much, the model was not "
+                  f"trained to read it.</span>" if context > arch.context else "")
+        rows = "".join(
+            f"<tr><td>{html.escape(gpu)}</td><td style='text-align:right'>{_gb(size)}</td>"
+            f"<td style='text-align:right'>{total / size:.0%}</td>"
+            f"<td>{FITS[total + weights <= size]}</td></tr>"
+            for gpu, size in m.GPUS.items())
+        return (f"<div style='line-height:1.5'><b>{html.escape(arch.name)}</b>: {arch.n_layer} layers, "
+                + (f"latent attention: {arch.mla[0]} + {arch.mla[1]} numbers per layer per token, shared by all heads"
+                   if arch.mla else f"{arch.n_kv_head} K/V heads × {arch.head_dim} numbers")
+                + f"; {b} byte(s) per number.<br>"
+                f"per layer: <b>{per_layer} bytes</b>{kinds}<br>"
+                f"per sequence of {context:,} tokens: <b>{sequence:,} bytes</b> ({_gb(sequence)})<br>"
+                f"per batch of {batch}: <b>{total:,} bytes</b> ({_gb(total)}) "
+                f"beside {_gb(weights)} of weights<br>"
+                f"the cache outweighs the weights from "
+                f"<b>{'never (within 10M tokens)' if crossover is None else f'{crossover:,} tokens'}</b>"
+                f"{' per sequence, at this batch' if batch > 1 else ''}{beyond}</div>"
+                f"<table style='margin-top:6px'><tr><th>GPU</th><th>memory</th><th>cache / memory</th>"
+                f"<th>cache + weights</th></tr>{rows}</table>")

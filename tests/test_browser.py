@@ -403,3 +403,34 @@ def test_06_prompt_caching(browser, lab):
     text = stream.inner_text()
     assert f"{held} blocks expired" in text and "cache holds 0 blocks" in text, text[:400]
     screenshots(page, "06")
+
+
+def test_07_long_context_memory(browser, lab):
+    import re
+
+    from kvlib import memory
+
+    page, errors = open_and_run(browser, lab, "07_long_context_memory.ipynb", timeout_s=400)
+    check_clean(page, errors, "07")
+    app = page.locator(".widget-vbox").filter(has_text="per batch of").first
+    app.scroll_into_view_if_needed()
+
+    def shown():  # (context, batch, bytes) as the calculator prints them
+        m = re.search(r"per sequence of ([\d,]+) tokens.*per batch of (\d+): ([\d,]+) bytes", app.inner_text(), re.S)
+        return tuple(int(g.replace(",", "")) for g in m.groups())
+
+    assert shown() == (131072, 1, memory.kv_bytes(memory.CATALOGUE["Llama-3-8B"], 131072))
+    app.locator("select").first.select_option("Gemma-2-9B")
+    page.wait_for_function("(el) => el.innerText.includes('Gemma-2-9B')", arg=app.element_handle(), timeout=30_000)
+    settle(page, errors, "07", "choosing Gemma-2-9B")
+    assert shown() == (131072, 1, memory.kv_bytes(memory.CATALOGUE["Gemma-2-9B"], 131072))
+    assert "21 local layers capped" in app.inner_text()
+    before = shown()
+    app.locator(".noUi-handle").first.focus()
+    page.keyboard.press("ArrowRight")  # the context slider: 128K -> 256K tokens
+    page.wait_for_function("(el) => el.innerText.includes('262,144 tokens')", arg=app.element_handle(),
+                           timeout=30_000)
+    settle(page, errors, "07", "moving the context to 256K")
+    assert shown() == (262144, 1, memory.kv_bytes(memory.CATALOGUE["Gemma-2-9B"], 262144)) != before
+    page.screenshot(path=str(shots_dir() / "07-calculator.png"))
+    screenshots(page, "07")

@@ -1,0 +1,145 @@
+"""Long context: what a decode step still costs when the cache holds many tokens.
+
+With a cache, a step feeds one token, but that token's query is scored against every
+cached key and mixes every cached value, in every layer: the work (and the bytes read)
+of attention grows linearly with the context, while the weight matmuls stay fixed.
+"""
+
+import time
+from contextlib import contextmanager
+
+import torch
+
+from .bench import random_ids
+from .memory import forward_macs_by_part
+from .models import Config, KVLibError, synchronize
+
+ATTENTION = "attention (scores and mixing)"
+
+# shapes to count multiply-adds with, without loading weights (the tests check them against the live models)
+SHAPES = {
+    "GPT-2 small": Config(n_layer=12, n_head=12, n_embd=768, n_ctx=1024, vocab_size=50257),
+    "SmolLM2-135M": Config(n_layer=30, n_head=9, n_embd=576, n_ctx=8192, vocab_size=49152, arch="llama",
+                           n_kv_head=3, head_dim=64, n_inner=1536, rope_theta=100000.0),
+}
+
+
+@contextmanager
+def one_thread():
+    """Run on one CPU thread: on a busy machine a matmul split over two threads waits for the slower
+    one, and a thread descheduled by other work stalls it for a whole time slice (~100 ms here)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def step_seconds_by_context(model, lengths, repeats=5, seed=0):
+    """Seconds of one cached decode step (one token fed) after each number of cached tokens in `lengths`.
+
+    One cache per length is filled first; then, round after round (an untimed one first), each is
+    fed one token, timed, and the appended token dropped again, so every repeat sees the same cache, and a busy moment
+    of the machine slows all lengths of a round alike. The fastest repeat of each length is kept,
+    on one thread (see one_thread)."""
+    lengths = sorted(int(n) for n in lengths)
+    if not lengths or lengths[0] < 1 or lengths[-1] >= model.config.n_ctx:
+        raise KVLibError(f"lengths must lie between 1 and {model.config.n_ctx - 1} ({model.name}'s context "
+                         f"{model.config.n_ctx} minus the token fed); got {lengths}")
+    ids = random_ids(model, lengths[-1] + 1, seed)
+    best = [float("inf")] * len(lengths)
+    with torch.inference_mode(), one_thread():
+        caches, cache = [], model.new_cache()
+        for n in lengths:
+            model.forward(ids[len(cache):n], cache=cache, last_only=True)  # fill up to n cached tokens
+            caches.append(cache.copy())
+        for round in range(repeats + 1):  # round 0 warms up: the first append grows each copy's storage
+            for k, (n, cache) in enumerate(zip(lengths, caches)):
+                synchronize(model.device)
+                t0 = time.perf_counter()
+                model.forward([ids[n]], cache=cache, last_only=True)
+                synchronize(model.device)
+                if round:
+                    best[k] = min(best[k], time.perf_counter() - t0)
+                for layer in cache.layers:  # forget the timed token: the next round sees n cached tokens again
+                    layer.length -= 1
+    return lengths, best
+
+
+def attention_share(config, lengths):
+    """For a cached decode step after each context length: the fraction of its multiply-adds spent in
+    attention (scores and mixing), the rest going to the weight matmuls and the logits."""
+    shares = []
+    for n in lengths:
+        parts = forward_macs_by_part(config, n, 1)
+        shares.append(parts[ATTENTION] / sum(parts.values()))
+    return shares
+
+
+def attention_overtakes(config, limit=10_000_000):
+    """The smallest context (cached tokens) at which a decode step's attention multiply-adds exceed all
+    the others together (weights and logits); found by bisection, as the share only grows with context."""
+    lo, hi = 0, limit
+    if attention_share(config, [hi])[0] <= 0.5:
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if attention_share(config, [mid])[0] > 0.5 else (mid, hi)
+    return hi
+
+
+def _size(nbytes):
+    return f"{nbytes / 1e9:,.1f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:,.1f} MB"
+
+
+def kv_table(names, contexts=(8192, 131072, 1048576), bytes_per_number=2):
+    """A text table: each catalogued model's KV cache for one sequence at each context, beside its weights."""
+    from . import memory
+    head = f"{'model':<16}" + "".join(f"{f'{n:,} tokens':>18}" for n in contexts) + f"{'weights':>12}"
+    rows = [head, "-" * len(head)]
+    for name in names:
+        arch = memory.CATALOGUE[name]
+        rows.append(f"{name:<16}" + "".join(f"{_size(memory.kv_bytes(arch, n, 1, bytes_per_number)):>18}"
+                                            for n in contexts)
+                    + f"{_size(memory.weight_bytes(arch, bytes_per_number)):>12}")
+    return "\n".join(rows)
+
+
+def mistakes_table(name, context, bytes_per_number=2):
+    """A text table of the classic wrong estimates of one catalogued model's cache, against the right one."""
+    from . import memory
+    wrong = memory.mistakes(memory.CATALOGUE[name], context, bytes_per_number)
+    if not wrong:
+        return f"{name}: none of the classic mistakes applies"
+    width = max(map(len, wrong))
+    rows = [f"{name} at {context:,} tokens: right answer {_size(next(iter(wrong.values()))[1])}"]
+    rows += [f"  {mistake:<{width}}  {_size(w):>10}  ({w / r:.2f}x the right answer)" for mistake, (w, r) in wrong.items()]
+    return "\n".join(rows)
+
+
+def cache_read_seconds(model, lengths, repeats=5, seed=0):
+    """Seconds that one decode step's attention takes, in all layers, over a cache of each length in
+    `lengths`: one query per head scored against n cached keys and mixing n values (gpt2.attention).
+
+    The cache is random numbers in the model's shape (heads × head size), so the lengths may go past
+    the model's context: this is the part of a step that grows with the cache, timed alone. As in
+    step_seconds_by_context, the lengths take turns (after an untimed round) and the fastest is kept."""
+    from .gpt2 import attention
+    c, g, lengths = model.config, torch.Generator().manual_seed(seed), sorted(int(n) for n in lengths)
+    rand = lambda *shape: torch.randn(*shape, generator=g).to(model.device)
+    q = rand(c.n_head, 1, c.head_dim)  # [nh, 1, hs]: the new token's queries
+    caches = [(rand(c.n_head, n, c.head_dim), rand(c.n_head, n, c.head_dim), torch.zeros(1, n, device=model.device))
+              for n in lengths]  # K, V [nh, n, hs] and a mask [1, n] that lets the new token see them all
+    best = [float("inf")] * len(lengths)
+    with torch.inference_mode(), one_thread():
+        for round in range(repeats + 1):
+            for i, (k, v, mask) in enumerate(caches):
+                synchronize(model.device)
+                t0 = time.perf_counter()
+                for _ in range(c.n_layer):
+                    attention(q, k, v, mask)
+                synchronize(model.device)
+                if round:
+                    best[i] = min(best[i], time.perf_counter() - t0)
+    return lengths, best

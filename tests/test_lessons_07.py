@@ -1,0 +1,128 @@
+"""Notebook 7's kvlib parts: decode steps timed by context, the attention share of a step, the catalogue
+tables, the KV calculator app, and the plots."""
+
+import json
+
+import pytest
+from matplotlib.figure import Figure
+from transformers import GPT2Config
+
+from kvlib import KVLibError, exercises, longcontext, memory, models, plots, widgets
+
+
+def test_step_seconds_by_context(tiny):
+    lengths, seconds = longcontext.step_seconds_by_context(tiny, [300, 8, 100], repeats=2)
+    assert lengths == [8, 100, 300] and len(seconds) == 3 and all(0 < s < 5 for s in seconds)
+
+
+def test_step_seconds_stays_in_the_context(tiny):
+    with pytest.raises(KVLibError, match="between 1 and 511"):
+        longcontext.step_seconds_by_context(tiny, [16, tiny.config.n_ctx])
+    with pytest.raises(KVLibError):
+        longcontext.step_seconds_by_context(tiny, [])
+
+
+def test_the_timed_cache_is_what_the_step_would_see(tiny, monkeypatch):
+    seen = []
+    forward = type(tiny).forward
+
+    def spy(self, ids, cache=None, **kw):
+        if cache is not None and len(ids) == 1:
+            seen.append(len(cache))
+        return forward(self, ids, cache=cache, **kw)
+
+    monkeypatch.setattr(type(tiny), "forward", spy)
+    longcontext.step_seconds_by_context(tiny, [5, 20], repeats=3)
+    assert seen == [5, 20] * 4  # a warm-up round, then 3 repeats: each saw exactly that many cached tokens
+
+
+def test_shapes_are_the_live_models():
+    gpt2 = GPT2Config()
+    c = longcontext.SHAPES["GPT-2 small"]
+    assert (c.n_layer, c.n_head, c.n_embd, c.n_ctx, c.vocab_size, c.n_inner) == \
+        (gpt2.n_layer, gpt2.n_head, gpt2.n_embd, gpt2.n_positions, gpt2.vocab_size, 4 * gpt2.n_embd)
+    where = models.local_dir("smollm2")
+    if where is None:
+        pytest.skip("SmolLM2 is not on this machine")
+    hf = json.loads((where / "config.json").read_text())
+    c = longcontext.SHAPES["SmolLM2-135M"]
+    assert (c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.n_embd, c.n_inner, c.vocab_size, c.n_ctx) == \
+        (hf["num_hidden_layers"], hf["num_attention_heads"], hf["num_key_value_heads"], hf["head_dim"],
+         hf["hidden_size"], hf["intermediate_size"], hf["vocab_size"], hf["max_position_embeddings"])
+
+
+def test_attention_share_grows_and_overtakes_where_it_says():
+    for shape in longcontext.SHAPES.values():
+        shares = longcontext.attention_share(shape, [1, 100, 10_000, 1_000_000])
+        assert shares == sorted(shares) and shares[0] < 0.05 and shares[-1] > 0.9
+        n = longcontext.attention_overtakes(shape)
+        assert longcontext.attention_share(shape, [n - 1])[0] <= 0.5 < longcontext.attention_share(shape, [n])[0]
+    c = longcontext.SHAPES["GPT-2 small"]  # by hand: weights 12 x 12 x 768^2 + logits 768 x 50257; attention 2 x 12 x 768 per token
+    by_hand = (12 * 12 * 768 ** 2 + 768 * 50257) / (2 * 12 * 768)
+    assert abs(longcontext.attention_overtakes(c) - by_hand) < 2
+
+
+def test_kv_table_and_mistakes_table():
+    table = longcontext.kv_table(["Llama-3-8B", "Mistral-7B-v0.1"], contexts=(8192, 131072))
+    assert "Llama-3-8B" in table and "17.2 GB" in table and "16.0 GB" in table  # 128K tokens; bf16 weights
+    assert table.splitlines()[-1].count("0.5 GB") == 2  # Mistral's windowed cache stops growing
+    text = longcontext.mistakes_table("Llama-3-8B", 131072)
+    assert "4.00x" in text and "17.2 GB" in text
+    assert "none of the classic mistakes" in longcontext.mistakes_table("GPT-2 small", 1024)
+
+
+def test_calculator_shows_the_catalogue_bytes():
+    calc = widgets.KVCalculator()
+    for name, dtype, context, batch in (("Llama-3-8B", "bf16 / fp16 (2 bytes)", 131072, 1),
+                                        ("Gemma-2-9B", "fp32 (4 bytes)", 1048576, 8),
+                                        ("DeepSeek-V2", "fp8 / int8 (1 byte)", 2048, 64)):
+        calc.model.value, calc.dtype.value, calc.context.value, calc.batch.value = name, dtype, context, batch
+        arch, b = memory.CATALOGUE[name], widgets.DTYPE_BYTES[dtype]
+        assert calc.shown_bytes == memory.kv_bytes(arch, context, batch, b)
+        assert f"{calc.shown_bytes:,} bytes" in calc.info.value and "⚠" not in calc.info.value
+    calc.model.value = "Gemma-2-9B"
+    assert "21 local layers capped at their 4,096-token window" in calc.info.value
+    calc.model.value, calc.context.value = "Llama-3-8B", 131072
+    assert "past Llama-3-8B's trained context of 8,192" in calc.info.value
+
+
+def test_calculator_shows_errors_in_place_and_recovers(monkeypatch):
+    calc = widgets.KVCalculator()
+    monkeypatch.setattr(memory, "crossover_context", lambda *a: (_ for _ in ()).throw(KVLibError("broken")))
+    calc.batch.value = 2
+    assert "⚠" in calc.info.value and "broken" in calc.info.value and calc.shown_bytes is None
+    monkeypatch.undo()
+    calc.batch.value = 3
+    assert "⚠" not in calc.info.value and calc.shown_bytes == memory.kv_bytes(memory.CATALOGUE["Llama-3-8B"], 131072, 3)
+
+
+def test_plots():
+    assert isinstance(plots.step_seconds_by_context([16, 128, 511], [1.0, 1.1, 1.3], "t"), Figure)
+    assert isinstance(plots.attention_share([16, 1024], {"a": [0.1, 0.6]}, "t"), Figure)
+    assert isinstance(plots.savings_vs_loss(["x", "y"], [0.5, 0.75], [0.0, 0.2], "t"), Figure)
+    assert isinstance(plots.loss_by_position({"a": [1.0] * 40, "b": [2.0] * 40}, "t"), Figure)
+    with pytest.raises(ValueError, match="one per length"):
+        plots.attention_share([16, 1024], {"a": [0.1]}, "t")
+    with pytest.raises(ValueError, match="one of each"):
+        plots.savings_vs_loss(["x"], [0.5, 0.75], [0.0], "t")
+    with pytest.raises(ValueError, match="longer text"):
+        plots.loss_by_position({"a": [1.0] * 4}, "t")
+
+
+def test_mla_cut_is_smaller_than_the_famous_figure():
+    cut = exercises.REGISTRY["07.mla_cut"].answer(None)
+    assert 80 < cut < 84 and cut < 100 * memory.FACTS["deepseek_v2_kv_reduction"][0] - 5
+
+
+def test_cache_read_grows_with_the_cache_past_the_context(tiny):
+    lengths, seconds = longcontext.cache_read_seconds(tiny, [65536, 1024], repeats=3)
+    assert lengths == [1024, 65536] and lengths[-1] > tiny.config.n_ctx
+    assert seconds[1] > 4 * seconds[0]  # 64x the tokens read: far slower, whatever the machine
+
+
+def test_one_thread_restores_the_thread_count():
+    import torch
+    before = torch.get_num_threads()
+    with longcontext.one_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
