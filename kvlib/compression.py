@@ -69,9 +69,8 @@ def heldout_ids(model, n_tokens):  # -> list[int], the first n_tokens of the pla
     return ids[:n_tokens]
 
 
-def _baseline_bytes(model):  # per token, as the model caches: nkv heads of head_dim numbers, K and V, every layer
-    c = model.config
-    return memory.kv_bytes_per_token(c.n_layer, c.n_kv_head, c.head_dim, model.dtype.itemsize)
+def _baseline_bytes(model):  # per token, as the model caches it, in its own dtype
+    return memory.model_kv_bytes_per_token(model.config, model.dtype.itemsize)
 
 
 def _log_probs(logits):  # [T, V] -> [T-1, V]: at position t, the distribution of the token at t + 1

@@ -5,14 +5,14 @@ cached key and mixes every cached value, in every layer: the work (and the bytes
 of attention grows linearly with the context, while the weight matmuls stay fixed.
 """
 
-import time
 from contextlib import contextmanager
 
 import torch
 
-from .bench import random_ids
-from .memory import forward_macs_by_part
-from .models import Config, KVLibError, synchronize
+from . import memory
+from .bench import random_ids, timed
+from .gpt2 import attention
+from .models import Config, KVLibError
 
 ATTENTION = "attention (scores and mixing)"
 
@@ -56,12 +56,9 @@ def step_seconds_by_context(model, lengths, repeats=5, seed=0):
             caches.append(cache.copy())
         for round in range(repeats + 1):  # round 0 warms up: the first append grows each copy's storage
             for k, (n, cache) in enumerate(zip(lengths, caches)):
-                synchronize(model.device)
-                t0 = time.perf_counter()
-                model.forward([ids[n]], cache=cache, last_only=True)
-                synchronize(model.device)
+                _, seconds = timed(lambda: model.forward([ids[n]], cache=cache, last_only=True), model.device)
                 if round:
-                    best[k] = min(best[k], time.perf_counter() - t0)
+                    best[k] = min(best[k], seconds)
                 for layer in cache.layers:  # forget the timed token: the next round sees n cached tokens again
                     layer.length -= 1
     return lengths, best
@@ -72,7 +69,7 @@ def attention_share(config, lengths):
     attention (scores and mixing), the rest going to the weight matmuls and the logits."""
     shares = []
     for n in lengths:
-        parts = forward_macs_by_part(config, n, 1)
+        parts = memory.forward_macs_by_part(config, n, 1)
         shares.append(parts[ATTENTION] / sum(parts.values()))
     return shares
 
@@ -95,7 +92,6 @@ def _size(nbytes):
 
 def kv_table(names, contexts=(8192, 131072, 1048576), bytes_per_number=2):
     """A text table: each catalogued model's KV cache for one sequence at each context, beside its weights."""
-    from . import memory
     head = f"{'model':<16}" + "".join(f"{f'{n:,} tokens':>18}" for n in contexts) + f"{'weights':>12}"
     rows = [head, "-" * len(head)]
     for name in names:
@@ -108,7 +104,6 @@ def kv_table(names, contexts=(8192, 131072, 1048576), bytes_per_number=2):
 
 def mistakes_table(name, context, bytes_per_number=2):
     """A text table of the classic wrong estimates of one catalogued model's cache, against the right one."""
-    from . import memory
     wrong = memory.mistakes(memory.CATALOGUE[name], context, bytes_per_number)
     if not wrong:
         return f"{name}: none of the classic mistakes applies"
@@ -125,7 +120,6 @@ def cache_read_seconds(model, lengths, repeats=5, seed=0):
     The cache is random numbers in the model's shape (heads × head size), so the lengths may go past
     the model's context: this is the part of a step that grows with the cache, timed alone. As in
     step_seconds_by_context, the lengths take turns (after an untimed round) and the fastest is kept."""
-    from .gpt2 import attention
     c, g, lengths = model.config, torch.Generator().manual_seed(seed), sorted(int(n) for n in lengths)
     rand = lambda *shape: torch.randn(*shape, generator=g).to(model.device)
     q = rand(c.n_head, 1, c.head_dim)  # [nh, 1, hs]: the new token's queries
@@ -135,11 +129,7 @@ def cache_read_seconds(model, lengths, repeats=5, seed=0):
     with torch.inference_mode(), one_thread():
         for round in range(repeats + 1):
             for i, (k, v, mask) in enumerate(caches):
-                synchronize(model.device)
-                t0 = time.perf_counter()
-                for _ in range(c.n_layer):
-                    attention(q, k, v, mask)
-                synchronize(model.device)
+                _, seconds = timed(lambda: [attention(q, k, v, mask) for _ in range(c.n_layer)], model.device)
                 if round:
-                    best[i] = min(best[i], time.perf_counter() - t0)
+                    best[i] = min(best[i], seconds)
     return lengths, best
