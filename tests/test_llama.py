@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from transformers import LlamaForCausalLM
 
 import kvlib
@@ -16,11 +16,16 @@ from kvlib import attention, embeddings, memory, models, widgets
 from test_kv_cache import cached_vs_uncached, prompts
 from test_parity import TEXT, hf_logits
 
-SMOLLM2_BOUND = 3e-4  # 30 layers: transformers' own cached and uncached logits differ by ~7e-5
+SMOLLM2_BOUND = 3e-4  # 30 layers on text: transformers' own cached and uncached logits differ by ~7e-5
 
 
 def eager(path):
     return LlamaForCausalLM.from_pretrained(path, attn_implementation="eager").eval()
+
+
+@pytest.fixture(scope="module")
+def smollm2_hf(smollm2):
+    return eager(models.local_dir("smollm2"))
 
 
 def test_small_llama_matches_transformers(small_llama, small_llama_dir):
@@ -30,11 +35,11 @@ def test_small_llama_matches_transformers(small_llama, small_llama_dir):
     assert (small_llama.forward(ids) - hf_logits(eager(small_llama_dir), ids)).abs().max() < 1e-4
 
 
-def test_smollm2_matches_transformers(smollm2):
+def test_smollm2_matches_transformers(smollm2, smollm2_hf):
     c = smollm2.config
     assert (c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.n_embd, c.n_ctx) == (30, 9, 3, 64, 576, 8192)
     ids = smollm2.encode(TEXT * 2)
-    ours, theirs = smollm2.forward(ids), hf_logits(eager(models.local_dir("smollm2")), ids)
+    ours, theirs = smollm2.forward(ids), hf_logits(smollm2_hf, ids)
     assert (ours - theirs).abs().max() < SMOLLM2_BOUND
     assert ours.argmax(-1).tolist() == theirs.argmax(-1).tolist()
 
@@ -59,12 +64,35 @@ def test_cached_equals_uncached_small_llama(small_llama, case):
     assert cached.argmax(-1).tolist() == plain.argmax(-1).tolist()
 
 
+def hf_cached_vs_uncached(hf, ids, split):
+    """transformers' own drift: the same prefill-then-steps split, through its own cache."""
+    with torch.no_grad():
+        out = hf(torch.tensor([ids[:split]]), use_cache=True)
+        logits = [out.logits[0]]
+        for t in ids[split:]:
+            out = hf(torch.tensor([[t]]), cache=out.cache, use_cache=True)
+            logits.append(out.logits[0])
+        return torch.cat(logits), hf(torch.tensor([ids])).logits[0]
+
+
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=prompts(49152, 16))
-def test_cached_equals_uncached_smollm2(smollm2, case):
+@example(case=([0, 0, 0, 0], 1))  # found by CI: drifts 1.0e-3, transformers' own 7.2e-4
+def test_cached_equals_uncached_smollm2(smollm2, smollm2_hf, case):
+    """Float32 sums in another order drift: on ordinary text by < 3e-4 after 30 layers, but on
+    runs of special tokens (ids 0-16), where logits reach ~30, transformers' own cached and
+    uncached logits differ by up to ~1.3e-3. kvlib may drift as much as the reference does."""
     ids, split = case
     cached, plain = cached_vs_uncached(smollm2, ids, split)
+    theirs_cached, theirs_plain = hf_cached_vs_uncached(smollm2_hf, ids, split)
+    reference_drift = (theirs_cached - theirs_plain).abs().max().item()
+    assert (cached - plain).abs().max() < max(SMOLLM2_BOUND, 2 * reference_drift)
+
+
+def test_smollm2_cached_equals_uncached_on_text(smollm2):
+    cached, plain = cached_vs_uncached(smollm2, smollm2.encode("Mary had a little lamb, its fleece was"), 3)
     assert (cached - plain).abs().max() < SMOLLM2_BOUND
+    assert cached.argmax(-1).tolist() == plain.argmax(-1).tolist()
 
 
 def test_cached_decoding_gives_the_same_tokens_on_smollm2(smollm2):
