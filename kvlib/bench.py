@@ -6,7 +6,8 @@ GPT-2's shape, by default; any model by name, SmolLM2 included), against the
 memory-bandwidth floor of a decode step (every weight read once per token) and the
 time of that step's bare weight matmuls (the floor torch itself reaches).
 prompt caching: time to first token of a long prompt cold, warm (all but its last
-tokens cached) and with no prompt cache at all (what a 0 % hit rate costs).
+tokens cached; the hit shared by reference, and copied into the request's cache as
+kvlib did before) and with no prompt cache at all (what a 0 % hit rate costs).
 suite (`python -m kvlib bench --out DIR`): all of it on GPT-2's shape and SmolLM2 at
 several prompt lengths, written to DIR/bench.json, DIR/bench.md and plots.
 
@@ -196,25 +197,38 @@ def report_decode(r):
           f"of a step take {r['bare'] * 1e3:.1f} ms ({r['floor'] / r['bare']:.0%})")
 
 
-PREFILLS = {"none": "no prompt cache", "cold": "prompt cache, cold (0 % hits)", "warm": "prompt cache, warm"}
+PREFILLS = {"none": "no prompt cache", "cold": "prompt cache, cold (0 % hits)",
+            "copied": "warm, hit copied in", "warm": "prompt cache, warm"}
+
+
+def prefill_copying_the_hit(pc, prompt):
+    """A warm prefill as kvlib did it before hits were shared by reference: the request then copies
+    every shared block into a buffer of its own (what cache.unshare() does), one copy per layer."""
+    res = pc.prefill(prompt)
+    for layer in res.cache.layers:
+        layer.unshare()
+    return res
 
 
 def prompt_caching(model, prompt_len=1024, uncached_tail=16, repeats=3, seed=0):
     """Median prefill seconds of a prompt whose all but `uncached_tail` tokens are cached (warm),
-    of the same prompt through an empty prompt cache (cold), and with no prompt cache (none)."""
+    the same with the hit copied into the request's cache (copied), of the same prompt through
+    an empty prompt cache (cold), and with no prompt cache (none)."""
     from .prompt_cache import PromptCache
 
     shared = random_ids(model, prompt_len - uncached_tail, seed)
-    warm = PromptCache(model, block_size=16)
-    warm.prefill(shared + random_ids(model, 1, seed + 1))  # caches the shared part
+    warm, copying = PromptCache(model, block_size=16), PromptCache(model, block_size=16)
+    for pc in (warm, copying):  # each caches the shared part; each sees each new tail first
+        pc.prefill(shared + random_ids(model, 1, seed + 1))
     runs = {k: [] for k in PREFILLS}
-    for r in range(repeats):  # interleaved, so drift hits all three alike; a new tail each time
+    for r in range(repeats):  # interleaved, so drift hits all four alike; a new tail each time
         prompt = shared + random_ids(model, uncached_tail, seed + 2 + r)
         runs["none"].append(timed(lambda: model.forward(prompt, cache=model.new_cache(), last_only=True),
                                   model.device)[1])
         runs["cold"].append(PromptCache(model, block_size=16).prefill(prompt).seconds)
-        res = warm.prefill(prompt)
-        runs["warm"].append(res.seconds)
+        runs["copied"].append(timed(lambda: prefill_copying_the_hit(copying, prompt), model.device)[1])
+        res, seconds = timed(lambda: warm.prefill(prompt), model.device)
+        runs["warm"].append(seconds)
     return {"seconds": {k: statistics.median(v) for k, v in runs.items()}, "receipt": res.receipt,
             "prompt_len": prompt_len, "model": model.name}
 
@@ -226,6 +240,7 @@ def report_prompt_caching(r):
         print(f"  {label:<32} {t[key] * 1e3:9.1f} ms")
     print(f"  warm receipt: {rc.input_tokens} input, {rc.cached_tokens} cached, {rc.written_tokens} written")
     print(f"  warm vs cold: {t['cold'] / t['warm']:.1f}x faster")
+    print(f"  hit shared by reference vs copied in: {t['copied'] / t['warm']:.2f}x faster")
     print(f"  cost of a 0 % hit rate: {t['cold'] / t['none'] - 1:+.1%} over no prompt cache")
 
 
@@ -282,7 +297,8 @@ def suite_model(name, device, prompts, cached_tokens, cache_prompt_tokens, bandw
             f"kvlib/transformers cached {decodes[-1]['kvlib_over_transformers_cached']:.2f}x")
     pc = prompt_caching(model, min(cache_prompt_tokens, model.config.n_ctx), repeats=2)
     say(f"  time to first token, {pc['prompt_len']}-token prompt: cold {pc['seconds']['cold'] * 1e3:.0f} ms, "
-        f"warm {pc['seconds']['warm'] * 1e3:.0f} ms")
+        f"warm {pc['seconds']['warm'] * 1e3:.0f} ms (hit copied in: {pc['seconds']['copied'] * 1e3:.0f} ms, "
+        f"sharing {pc['seconds']['copied'] / pc['seconds']['warm']:.2f}x faster)")
     per_token = memory.model_kv_bytes_per_token(model.config, bytes_per_number=model.dtype.itemsize)
     return {"model": str(model), "weight_bytes": nbytes, "floor_seconds": floor, "bare_matmul_seconds": bare,
             "bare_matmul_fraction_of_floor": floor / bare, "decode": decodes,
@@ -327,7 +343,7 @@ def markdown_table(result):
     lines = [f"{m['gpu'] or m['processor']}, {m['cpu_cores']} cores, {m['torch_threads']} torch threads, "
              f"{m['device']}, torch {m['torch']}; memory read at {result['bandwidth_bytes_per_second'] / 1e9:.1f} GB/s",
              "", "| model | prompt | kvlib cached | transformers cached | kvlib / transformers | kvlib uncached | "
-             "transformers uncached | floor | bare matmuls | kvlib step | cold / warm TTFT |",
+             "transformers uncached | floor | bare matmuls | kvlib step | TTFT cold / hit copied / hit shared |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in result["models"].items():
         t = r["time_to_first_token"]["seconds"]
@@ -338,7 +354,7 @@ def markdown_table(result):
                          f"{tps['kvlib, uncached']:.1f} tok/s | {tps['transformers, uncached']:.1f} tok/s | "
                          f"{r['floor_seconds'] * 1e3:.1f} ms | {r['bare_matmul_seconds'] * 1e3:.1f} ms | "
                          f"{d['kvlib_step_seconds'] * 1e3:.1f} ms ({r['floor_seconds'] / d['kvlib_step_seconds']:.0%})"
-                         f" | {t['cold'] * 1e3:.0f} / {t['warm'] * 1e3:.0f} ms |")
+                         f" | {t['cold'] * 1e3:.0f} / {t['copied'] * 1e3:.0f} / {t['warm'] * 1e3:.0f} ms |")
     return "\n".join(lines) + "\n"
 
 
@@ -363,11 +379,11 @@ def plot_decode(result):
 
 
 def plot_ttft(result):
-    """Time to first token of a long prompt: no prompt cache, cold and warm."""
+    """Time to first token of a long prompt: no prompt cache, cold, warm with the hit copied, warm."""
     fig, axes = _axes(len(result["models"]))
     for ax, (name, r) in zip(axes, result["models"].items()):
         t = r["time_to_first_token"]
-        ax.bar(list(PREFILLS.values()), [t["seconds"][k] * 1e3 for k in PREFILLS], color=["grey", "C3", "C2"])
+        ax.bar(list(PREFILLS.values()), [t["seconds"][k] * 1e3 for k in PREFILLS], color=["grey", "C3", "C1", "C2"])
         ax.set(ylabel="ms", title=f"{name}, {t['prompt_len']}-token prompt")
         ax.tick_params(axis="x", labelsize=7)
     return fig

@@ -54,18 +54,25 @@ def causal_mask(t_new, t_total, device=None, window=None, sinks=0):  # -> [T, S]
     return torch.zeros(t_new, t_total, device=device).masked_fill(~seen, float("-inf"))
 
 
-def attention(q, k, v, mask):  # [nh, T, hs], [nh, S, hs], [nh, S, hs], [T, S] -> out [nh, T, hs]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + mask.to(q.dtype)  # [nh, T, S]
-    weights = torch.softmax(scores, dim=-1)  # each row sums to 1
-    return weights @ v, scores, weights
+def attention(q, ks, vs, mask):  # [nh, T, hs], K and V as pieces [nh, S_i, hs] (S in all), [T, S] -> out [nh, T, hs]
+    """K and V arrive in pieces when a request shares a prompt cache's stored blocks (kv_cache.py):
+    each piece's scores sit side by side in one softmax, and each piece's values are mixed by
+    its own columns of the weights. Without a hit there is one piece, and this is the usual
+    softmax(Q·Kᵀ/√d + mask)·V."""
+    scores = [q @ k.transpose(-2, -1) for k in ks]  # [nh, T, S_i] each
+    scores = (scores[0] if len(ks) == 1 else torch.cat(scores, -1)) / math.sqrt(q.shape[-1]) + mask.to(q.dtype)
+    weights = torch.softmax(scores, dim=-1)  # [nh, T, S], each row sums to 1
+    cols = weights.split([v.shape[1] for v in vs], dim=-1)
+    out = sum((w @ v for w, v in zip(cols[1:], vs[1:])), cols[0] @ vs[0])  # [nh, T, hs]
+    return out, scores, weights
 
 
 def mha(x, p, n_head, layer_cache=None, record=None, window=None, sinks=0):  # [T, C] -> [T, C]
     q, k, v = linear(x, p["attn.c_attn.weight"], p["attn.c_attn.bias"]).chunk(3, dim=-1)  # 3 x [T, C]
     q, k, v = (split_heads(t, n_head) for t in (q, k, v))  # [nh, T, hs]
-    k_all, v_all = (k, v) if layer_cache is None else layer_cache.append(k, v)  # [nh, S, hs]
-    mask = causal_mask(q.shape[1], k_all.shape[1], x.device, window, sinks)
-    out, scores, weights = attention(q, k_all, v_all, mask)  # [nh, T, hs]
+    ks, vs = ([k], [v]) if layer_cache is None else layer_cache.append(k, v)  # pieces of [nh, S, hs]
+    mask = causal_mask(q.shape[1], sum(k.shape[1] for k in ks), x.device, window, sinks)
+    out, scores, weights = attention(q, ks, vs, mask)  # [nh, T, hs]
     if record is not None:
         record(x=x, q=q, k=k, v=v, scores=scores, weights=weights, out=out)
     return linear(merge_heads(out), p["attn.c_proj.weight"], p["attn.c_proj.bias"])

@@ -51,13 +51,13 @@ def rotate(x, cos, sin):  # [nh, T, hd] -> [nh, T, hd]
     return x * cos + torch.cat([-b, a], dim=-1) * sin
 
 
-def grouped_attention(q, k, v, mask):  # [nh, T, hd], [nkv, S, hd] x 2, [T, S] -> [nh, T, hd], [nh, T, S] x 2
+def grouped_attention(q, ks, vs, mask):  # [nh, T, hd], pieces [nkv, S_i, hd] x 2, [T, S] -> [nh, T, hd], [nh, T, S] x 2
     """Each K/V head serves a group of nh // nkv query heads (query head h uses K/V head h // group).
 
     The group's queries are stacked as extra rows, so every K/V head is read once, never copied."""
     nh, T, hd = q.shape
-    group = nh // k.shape[0]
-    out, scores, weights = attention(q.reshape(-1, group * T, hd), k, v, mask.repeat(group, 1))  # [nkv, g*T, ...]
+    group = nh // ks[0].shape[0]
+    out, scores, weights = attention(q.reshape(-1, group * T, hd), ks, vs, mask.repeat(group, 1))  # [nkv, g*T, ...]
     return out.view(nh, T, hd), scores.view(nh, T, -1), weights.view(nh, T, -1)
 
 
@@ -66,9 +66,9 @@ def gqa(x, p, config, cos, sin, layer_cache=None, record=None, window=None, sink
     k = split_heads(linear(x, p["self_attn.k_proj.weight"]), config.n_kv_head)  # [nkv, T, hd]
     v = split_heads(linear(x, p["self_attn.v_proj.weight"]), config.n_kv_head)  # [nkv, T, hd]
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)  # position enters here, and only here
-    k_all, v_all = (k, v) if layer_cache is None else layer_cache.append(k, v)  # [nkv, S, hd]: keys after RoPE
-    mask = causal_mask(q.shape[1], k_all.shape[1], x.device, window, sinks)
-    out, scores, weights = grouped_attention(q, k_all, v_all, mask)  # [nh, T, hd]
+    ks, vs = ([k], [v]) if layer_cache is None else layer_cache.append(k, v)  # pieces of [nkv, S, hd]: keys after RoPE
+    mask = causal_mask(q.shape[1], sum(k.shape[1] for k in ks), x.device, window, sinks)
+    out, scores, weights = grouped_attention(q, ks, vs, mask)  # [nh, T, hd]
     if record is not None:
         record(x=x, q=q, k=k, v=v, scores=scores, weights=weights, out=out)
     return linear(merge_heads(out), p["self_attn.o_proj.weight"])

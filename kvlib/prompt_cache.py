@@ -16,9 +16,15 @@ Two modes, as the two big providers cache:
   prefix ends (its `cache_control` marker, here a token count, up to 4 per request);
   each marked prefix is one block, cached whole, if it holds at least `min_tokens`.
 
-Each block is stored once and shared by every request that hits it; a request copies
-its hit blocks into a KVCache of its own, which it then extends, so a request never
-changes what another one sees. Entries expire `ttl_seconds` after their last use;
+Each block is stored once and shared by every request that hits it, by reference: the
+request's KVCache starts from the stored tensors themselves (no copy, as vLLM's block
+tables point at shared blocks) and puts its own tokens in a buffer of its own after
+them, so a request never changes what another one sees (kv_cache.py: copy-on-write).
+The blocks one request writes are cut from one tensor per layer (a run), so a later hit
+on them reads one piece per layer, not one per block; when eviction takes some of a
+run's blocks, the rest are copied into a smaller run, so the bytes counted are the bytes
+held. (A request still reading an evicted run keeps it alive until it ends, as vLLM
+frees a block only when no running request holds it.) Entries expire `ttl_seconds` after their last use;
 under `max_bytes` the least recently used blocks go first, and the budget is never
 exceeded. A prefix is never left with a hole: only leaves are evicted (blocks that no
 stored block continues), as vLLM frees a request's tail blocks first and SGLang's radix
@@ -86,13 +92,46 @@ class Answer:
 
 
 @dataclass
-class Block:
-    keys: list    # per layer [n_kv_heads, tokens in the block, head_dim]
+class Run:
+    """The K and V of consecutive blocks written together, one tensor per layer."""
+    keys: list    # per layer [n_kv_heads, tokens, head_dim]
     values: list
+
+    @property
+    def bytes_per_token(self):
+        return sum(t[:, :1].numel() * t.element_size() for t in self.keys + self.values)
+
+
+@dataclass
+class Block:
+    run: Run
+    start: int    # where its tokens sit in the run
+    end: int
     depth: int    # 0 for the first block of a prompt
     last_used: float
-    nbytes: int
     parent: bytes = None  # the hash of the block before it (None at depth 0)
+
+    @property
+    def keys(self):  # per layer [n_kv_heads, tokens in the block, head_dim]: views of the run
+        return [k[:, self.start:self.end] for k in self.run.keys]
+
+    @property
+    def values(self):
+        return [v[:, self.start:self.end] for v in self.run.values]
+
+    @property
+    def nbytes(self):
+        return (self.end - self.start) * self.run.bytes_per_token
+
+
+def pieces(blocks, layer):  # -> [(k, v)]: consecutive blocks of one run joined into one view
+    spans = []
+    for b in blocks:
+        if spans and spans[-1][0] is b.run and spans[-1][2] == b.start:
+            spans[-1][2] = b.end
+        else:
+            spans.append([b.run, b.start, b.end])
+    return [(run.keys[layer][:, a:e], run.values[layer][:, a:e]) for run, a, e in spans]
 
 
 class PromptCache:
@@ -110,6 +149,7 @@ class PromptCache:
         self.share_across_tenants = share_across_tenants
         self.blocks = {}  # hash -> Block
         self.events = []  # (time, tenant, "hit" | "write" | "expire" | "evict", depth)
+        self._loose = set()  # ids of runs that lost blocks since the last _compact()
         self._lock = threading.Lock()
 
     @property
@@ -117,6 +157,12 @@ class PromptCache:
         self.expire()
         with self._lock:
             return sum(b.nbytes for b in self.blocks.values())
+
+    def stores(self, tensor):
+        """Is `tensor` a view of memory this cache stores (a shared block), rather than a copy of it?"""
+        with self._lock:
+            held = {t.untyped_storage().data_ptr() for b in self.blocks.values() for t in b.run.keys + b.run.values}
+        return tensor.untyped_storage().data_ptr() in held
 
     def expire(self):
         """Drop the entries whose TTL has run out by the clock's time now; returns how many."""
@@ -178,11 +224,8 @@ class PromptCache:
                 self._touch(keys[len(hits) - 1], now)
             for b in hits:
                 self.events.append((now, tenant, "hit", b.depth))
-            for layer, cached in enumerate(cache.layers):  # copy while the blocks cannot be evicted
-                if hits:  # room for the whole prompt, so the hit is copied in once and never regrown
-                    cached.reserve(len(ids), hits[0].keys[layer])
-                    cached.append(torch.cat([b.keys[layer] for b in hits], 1),
-                                  torch.cat([b.values[layer] for b in hits], 1))
+            for layer, cached in enumerate(cache.layers):  # by reference: nothing is copied
+                cached.share(pieces(hits, layer))
         logits = self.model.forward(ids[len(cache):], cache=cache, last_only=True)[-1]
         written = self._store(cache, keys, spans, len(hits), tenant)
         receipt = Receipt(len(ids), spans[len(hits) - 1][1] if hits else 0, sum(e - s for s, e in written.values()),
@@ -210,6 +253,12 @@ class PromptCache:
     def _store(self, cache, keys, spans, start, tenant):
         """Write the request's new blocks, oldest first, within the byte budget; returns {depth: span} written."""
         written = {}
+        if start == len(keys):
+            return written
+        # the new blocks' K and V, cut once from what the request computed itself (after its hit): one run
+        first, end, hit = spans[start][0], spans[-1][1], cache.layers[0].shared_length
+        own = [layer.own() for layer in cache.layers]
+        run = Run([k[:, first - hit:end - hit].clone() for k, _ in own], [v[:, first - hit:end - hit].clone() for _, v in own])
         with self._lock:
             now = self.clock()
             for depth in range(start, len(keys)):
@@ -218,17 +267,17 @@ class PromptCache:
                     continue
                 if depth and keys[depth - 1] not in self.blocks:
                     break  # its parent was evicted: the block could never be reached
-                span = slice(*spans[depth])
-                k = [layer.keys[:, span].clone() for layer in cache.layers]
-                v = [layer.values[:, span].clone() for layer in cache.layers]
-                nbytes = sum(t.numel() * t.element_size() for t in k + v)
-                if not self._make_room(nbytes, protect=set(keys[:depth])):
+                a, e = spans[depth]
+                block = Block(run, a - first, e - first, depth, now, keys[depth - 1] if depth else None)
+                if not self._make_room(block.nbytes, protect=set(keys[:depth])):
                     break
-                parent = keys[depth - 1] if depth else None
-                self.blocks[keys[depth]] = Block(k, v, depth, now, nbytes, parent)
+                self.blocks[keys[depth]] = block
                 self._touch(keys[depth], now)  # its ancestors are as fresh as it is
                 self.events.append((now, tenant, "write", depth))
                 written[depth] = spans[depth]
+            if len(written) < len(keys) - start:
+                self._loose.add(id(run))  # keep only what was written
+            self._compact()
         return written
 
     def _make_room(self, nbytes, protect):
@@ -246,7 +295,7 @@ class PromptCache:
                 return False
             k = min(leaves, key=lambda k: (self.blocks[k].last_used, -self.blocks[k].depth))
             used -= self.blocks[k].nbytes
-            self.events.append((self.clock(), None, "evict", self.blocks.pop(k).depth))
+            self._drop(k, "evict", self.clock())
         return True
 
     def _touch(self, key, now):
@@ -259,5 +308,27 @@ class PromptCache:
     def _expire(self, now):
         old = [k for k, b in self.blocks.items() if now - b.last_used > self.ttl]
         for k in old:
-            self.events.append((now, None, "expire", self.blocks.pop(k).depth))
+            self._drop(k, "expire", now)
+        self._compact()
         return len(old)
+
+    def _drop(self, key, why, now):
+        block = self.blocks.pop(key)
+        self.events.append((now, None, why, block.depth))
+        self._loose.add(id(block.run))
+
+    def _compact(self):
+        """Copy the blocks left in each run that lost some into a run of their own size,
+        so dropped blocks free their bytes (once per call, however many blocks went)."""
+        runs = {}
+        for b in self.blocks.values():
+            if id(b.run) in self._loose:
+                runs.setdefault(id(b.run), []).append(b)
+        self._loose.clear()
+        for kept in runs.values():
+            kept.sort(key=lambda b: b.start)
+            new = Run([torch.cat(k, 1) for k in zip(*(b.keys for b in kept))],
+                      [torch.cat(v, 1) for v in zip(*(b.values for b in kept))])
+            at = 0
+            for b in kept:
+                b.run, b.start, b.end, at = new, at, at + b.end - b.start, at + b.end - b.start

@@ -110,7 +110,7 @@ def test_suite_writes_json_table_and_plots(tmp_path):
         assert d["same_tokens"] and d["new_tokens"] == {"cached": 3, "uncached": 3}
         assert d["fraction_of_floor"]["kvlib, cached"] == pytest.approx(
             t["floor_seconds"] * d["tokens_per_second"]["kvlib, cached"])
-    assert t["time_to_first_token"]["seconds"].keys() == {"none", "cold", "warm"}
+    assert t["time_to_first_token"]["seconds"].keys() == {"none", "cold", "copied", "warm"}
     assert t["time_to_first_token"]["warm_cached_tokens"] == 16  # 24 shared tokens: one 16-token block
     kv = t["kv_bytes"]
     assert kv["tokens"] == [4 + 2, 8 + 2]  # the prompt and every new token but the last, which is never fed

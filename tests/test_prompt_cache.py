@@ -22,6 +22,12 @@ def ids(n, seed):
     return torch.randint(0, 4096, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
+def held_bytes(pc):
+    """Bytes of the storages the stored blocks keep alive, each counted once, however many blocks view it."""
+    runs = {id(b.run): b.run for b in pc.blocks.values()}
+    return sum(t.untyped_storage().nbytes() for run in runs.values() for t in run.keys + run.values)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prefix=st.integers(1, 70), first=st.integers(0, 30), second=st.integers(1, 30), seed=st.integers(0, 10**6))
 def test_a_hit_gives_the_logits_of_an_uncached_pass(tiny, prefix, first, second, seed):
@@ -98,7 +104,8 @@ def test_the_byte_budget_holds_over_thousands_of_requests(tiny):
         prompt = rng.choice(prefixes)[: rng.randint(1, 40)] + [rng.randrange(4096) for _ in range(rng.randint(0, 3))]
         r = pc.prefill(prompt or [1], tenant=rng.choice("ab")).receipt
         assert r.cached_tokens % 4 == 0 and r.cached_tokens < r.input_tokens
-        assert pc.nbytes <= budget
+        held = pc.nbytes  # first: reading nbytes drops what has expired
+        assert held_bytes(pc) == held <= budget  # evicted blocks free their bytes, even inside a run
     assert any(kind == "evict" for _, _, kind, _ in pc.events)
 
 
@@ -209,6 +216,8 @@ def test_no_request_stream_leaves_a_hole(tiny, stream, budget_blocks, ttl):
         assert_no_holes(pc)
         assert pc.nbytes <= budget
         assert_no_holes(pc)  # nbytes expired what had run out
+        held = pc.nbytes
+        assert held_bytes(pc) == held
 
 
 def test_a_request_never_changes_what_another_sees(tiny):
@@ -405,3 +414,70 @@ def test_writing_into_a_requests_cache_never_changes_the_stored_blocks(tiny):
     res = pc.prefill(prompt)
     assert res.receipt.cached_tokens == 32
     assert (res.logits - tiny.forward(prompt)[-1]).abs().max() < 1e-4
+
+
+def storage(t):
+    return t.untyped_storage().data_ptr()
+
+
+def test_a_hit_shares_the_stored_blocks_by_reference(tiny):
+    """No copy: the request's cache reads the stored tensors themselves, one piece per run of blocks."""
+    pc = kvlib.PromptCache(tiny, block_size=8)
+    prompt = ids(33, 3)
+    pc.prefill(prompt[:17])           # writes blocks 0-1: one run
+    pc.prefill(prompt)                # hits them, writes blocks 2-3: a second run
+    stored = {key: [t.clone() for t in b.keys + b.values] for key, b in pc.blocks.items()}
+    res = pc.prefill(prompt + ids(5, 9))
+    assert res.receipt.blocks == ["hit"] * 4
+    by_depth = {b.depth: b for b in pc.blocks.values()}
+    for layer, cached in enumerate(res.cache.layers):
+        ks, vs = cached.pieces()
+        assert [k.shape[1] for k in ks] == [16, 16, 6]  # run 1, run 2, then the request's own tokens
+        for piece, depth in ((0, 0), (1, 2)):
+            assert ks[piece].data_ptr() == by_depth[depth].keys[layer].data_ptr()
+            assert vs[piece].data_ptr() == by_depth[depth].values[layer].data_ptr()
+    assert res.cache.layers[0].shared_length == 32 and len(res.cache) == 38
+    assert (res.logits - tiny.forward(prompt + ids(5, 9))[-1]).abs().max() < 1e-4
+    tiny.forward([1, 2, 3], cache=res.cache)  # extending the request appends to its own buffer only
+    copy = res.cache.copy()
+    tiny.forward([4, 5], cache=copy)
+    assert storage(copy.layers[3].pieces()[0][0]) == storage(ks[0])  # a copy shares the stored blocks too
+    assert len(res.cache) == 41 and len(copy) == 43
+    for key, tensors in stored.items():
+        assert all(torch.equal(a, b) for a, b in zip(pc.blocks[key].keys + pc.blocks[key].values, tensors))
+
+
+def test_reading_a_shared_caches_keys_copies_them_first(tiny):
+    pc = kvlib.PromptCache(tiny, block_size=8)
+    prompt = ids(20, 5)
+    pc.prefill(prompt)
+    res = pc.prefill(prompt)
+    layer = res.cache.layers[0]
+    shared = layer.pieces()[0][0]
+    keys = layer.keys  # copy-on-write: the view handed out is the request's own
+    assert layer.shared_length == 0 and storage(keys) != storage(shared)
+    assert torch.equal(keys[:, :16], shared)
+    keys.zero_()
+    assert shared.abs().sum() > 0 and layer.keys.abs().sum() == 0
+
+
+def test_evicting_part_of_a_run_frees_its_bytes_and_keeps_the_rest(tiny):
+    per_block = 4 * memory_bytes(tiny)
+    clock = Clock()
+    pc = kvlib.PromptCache(tiny, block_size=4, max_bytes=6 * per_block, clock=clock)
+    first = ids(21, 1)
+    pc.prefill(first)  # 5 blocks, one run
+    kept = {key: [t.clone() for t in b.keys + b.values] for key, b in pc.blocks.items()}
+    clock.now = 1
+    pc.prefill(ids(13, 2))  # 3 blocks: two of the first run's leaves must go
+    assert sorted(b.depth for b in pc.blocks.values()) == [0, 0, 1, 1, 2, 2]
+    held = pc.nbytes
+    assert held_bytes(pc) == held == 6 * per_block
+    survivors = [key for key in kept if key in pc.blocks]
+    assert len(survivors) == 3 and len({id(pc.blocks[key].run) for key in survivors}) == 1
+    for key in survivors:  # the first run, copied down to its 3 blocks, holds what it held
+        assert pc.blocks[key].run.keys[0].shape[1] == 12
+        assert all(torch.equal(x, y) for x, y in zip(pc.blocks[key].keys + pc.blocks[key].values, kept[key]))
+    res = pc.prefill(first)
+    assert res.receipt.cached_tokens == 12
+    assert (res.logits - tiny.forward(first)[-1]).abs().max() < 1e-4
