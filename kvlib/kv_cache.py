@@ -17,6 +17,11 @@ into them) first copies the shared pieces into the request's own buffer: copy-on
 
 import torch
 
+# Attention reads each piece with its own matmuls: measured on GPT-2 small's shape on a CPU,
+# a decode step over 900 cached tokens in 16 pieces is no slower than in one, in 64 it is 30 %
+# slower. A hit in more pieces than this is copied in once instead (a long chat, turn by turn).
+MAX_PIECES = 16
+
 
 class LayerCache:
     def __init__(self):
@@ -31,6 +36,8 @@ class LayerCache:
             raise ValueError("share() starts an empty cache; this one already holds tokens")
         self._shared = list(pieces)
         self._shared_len = self.length = sum(k.shape[1] for k, _ in self._shared)
+        if len(self._shared) > MAX_PIECES:
+            self.unshare()
 
     @property
     def shared_length(self):  # tokens read from shared pieces rather than from our own buffer

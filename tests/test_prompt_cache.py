@@ -481,3 +481,17 @@ def test_evicting_part_of_a_run_frees_its_bytes_and_keeps_the_rest(tiny):
     res = pc.prefill(first)
     assert res.receipt.cached_tokens == 12
     assert (res.logits - tiny.forward(first)[-1]).abs().max() < 1e-4
+
+
+def test_a_hit_in_too_many_pieces_is_copied_in_once(tiny):
+    """A chat that grows turn by turn writes one run per turn; past MAX_PIECES a hit is copied instead."""
+    from kvlib.kv_cache import MAX_PIECES
+    pc = kvlib.PromptCache(tiny, block_size=4)
+    chat = ids(4 * (MAX_PIECES + 2) + 1, 8)
+    for turn in range(1, MAX_PIECES + 3):
+        res = pc.prefill(chat[:4 * turn + 1])
+        ks, _ = res.cache.layers[2].pieces()
+        hit_runs = turn - 1  # each earlier turn wrote one run; this turn's own tokens make one more piece
+        assert len(ks) == (hit_runs + 1 if hit_runs <= MAX_PIECES else 1)
+    assert res.receipt.cached_tokens == 4 * (MAX_PIECES + 1) and res.cache.shared_nbytes == 0
+    assert (res.logits - tiny.forward(chat)[-1]).abs().max() < 1e-4
