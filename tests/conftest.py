@@ -1,10 +1,20 @@
+import os
+
 import pytest
 import torch
+from hypothesis import settings
 
 import kvlib
 from kvlib import models
 
 torch.set_num_threads(2)
+
+# Property tests draw the same examples on every run, so a red CI names a bug, not an unlucky draw
+# (CI once drew a run of special tokens on which float32 drift is larger; it is now an @example).
+# `HYPOTHESIS_PROFILE=explore make test` draws fresh ones to hunt for new cases.
+settings.register_profile("ci", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")
