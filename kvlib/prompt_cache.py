@@ -236,7 +236,7 @@ class PromptCache:
 
     def answer(self, prompt, max_new_tokens=20, temperature=1.0, top_k=None, top_p=None, seed=None,
                tenant="default", cache_control=None):
-        """Prefill through the cache, then sample an answer on the request's own copy of the K and V.
+        """Prefill through the cache, then sample an answer on the request's own cache (its tokens go after the shared blocks).
 
         The cache holds the prompt's keys and values, never an answer: every call samples anew."""
         check_sampling(max_new_tokens, temperature, top_k, top_p)
