@@ -24,8 +24,8 @@ The blocks one request writes are cut from one tensor per layer (a run), so a la
 on them reads one piece per layer, not one per block; when eviction takes some of a
 run's blocks, the rest are copied into a smaller run, so the bytes counted are the bytes
 held. (A request still reading an evicted run keeps it alive until it ends, as vLLM
-frees a block only when no running request holds it.) Entries expire `ttl_seconds` after their last use;
-under `max_bytes` the least recently used blocks go first, and the budget is never
+frees a block only when no running request holds it.) Entries expire `ttl_seconds`
+after their last use; under `max_bytes` the least recently used blocks go first, and the budget is never
 exceeded. A prefix is never left with a hole: only leaves are evicted (blocks that no
 stored block continues), as vLLM frees a request's tail blocks first and SGLang's radix
 tree evicts leaves; and using or writing a block renews its ancestors too, so a parent
@@ -91,7 +91,7 @@ class Answer:
     receipt: Receipt
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity: a run is one allocation, not a value
 class Run:
     """The K and V of consecutive blocks written together, one tensor per layer."""
     keys: list    # per layer [n_kv_heads, tokens, head_dim]
@@ -124,14 +124,14 @@ class Block:
         return (self.end - self.start) * self.run.bytes_per_token
 
 
-def pieces(blocks, layer):  # -> [(k, v)]: consecutive blocks of one run joined into one view
-    spans = []
+def stretches(blocks):  # -> [[run, start, end]]: consecutive blocks of one run joined into one stretch
+    out = []
     for b in blocks:
-        if spans and spans[-1][0] is b.run and spans[-1][2] == b.start:
-            spans[-1][2] = b.end
+        if out and out[-1][0] is b.run and out[-1][2] == b.start:
+            out[-1][2] = b.end
         else:
-            spans.append([b.run, b.start, b.end])
-    return [(run.keys[layer][:, a:e], run.values[layer][:, a:e]) for run, a, e in spans]
+            out.append([b.run, b.start, b.end])
+    return out
 
 
 class PromptCache:
@@ -149,7 +149,7 @@ class PromptCache:
         self.share_across_tenants = share_across_tenants
         self.blocks = {}  # hash -> Block
         self.events = []  # (time, tenant, "hit" | "write" | "expire" | "evict", depth)
-        self._loose = set()  # ids of runs that lost blocks since the last _compact()
+        self._loose = set()  # runs that lost blocks since the last _compact()
         self._lock = threading.Lock()
 
     @property
@@ -224,8 +224,9 @@ class PromptCache:
                 self._touch(keys[len(hits) - 1], now)
             for b in hits:
                 self.events.append((now, tenant, "hit", b.depth))
+            joined = stretches(hits)
             for layer, cached in enumerate(cache.layers):  # by reference: nothing is copied
-                cached.share(pieces(hits, layer))
+                cached.share([(run.keys[layer][:, a:e], run.values[layer][:, a:e]) for run, a, e in joined])
         logits = self.model.forward(ids[len(cache):], cache=cache, last_only=True)[-1]
         written = self._store(cache, keys, spans, len(hits), tenant)
         receipt = Receipt(len(ids), spans[len(hits) - 1][1] if hits else 0, sum(e - s for s, e in written.values()),
@@ -236,7 +237,7 @@ class PromptCache:
 
     def answer(self, prompt, max_new_tokens=20, temperature=1.0, top_k=None, top_p=None, seed=None,
                tenant="default", cache_control=None):
-        """Prefill through the cache, then sample an answer on the request's own cache (its tokens go after the shared blocks).
+        """Prefill through the cache, then sample an answer on the request's own cache (after the shared blocks).
 
         The cache holds the prompt's keys and values, never an answer: every call samples anew."""
         check_sampling(max_new_tokens, temperature, top_k, top_p)
@@ -258,7 +259,8 @@ class PromptCache:
         # the new blocks' K and V, cut once from what the request computed itself (after its hit): one run
         first, end, hit = spans[start][0], spans[-1][1], cache.layers[0].shared_length
         own = [layer.own() for layer in cache.layers]
-        run = Run([k[:, first - hit:end - hit].clone() for k, _ in own], [v[:, first - hit:end - hit].clone() for _, v in own])
+        run = Run([k[:, first - hit:end - hit].clone() for k, _ in own],
+                  [v[:, first - hit:end - hit].clone() for _, v in own])
         with self._lock:
             now = self.clock()
             for depth in range(start, len(keys)):
@@ -276,7 +278,7 @@ class PromptCache:
                 self.events.append((now, tenant, "write", depth))
                 written[depth] = spans[depth]
             if len(written) < len(keys) - start:
-                self._loose.add(id(run))  # keep only what was written
+                self._loose.add(run)  # keep only what was written
             self._compact()
         return written
 
@@ -315,15 +317,15 @@ class PromptCache:
     def _drop(self, key, why, now):
         block = self.blocks.pop(key)
         self.events.append((now, None, why, block.depth))
-        self._loose.add(id(block.run))
+        self._loose.add(block.run)
 
     def _compact(self):
         """Copy the blocks left in each run that lost some into a run of their own size,
         so dropped blocks free their bytes (once per call, however many blocks went)."""
         runs = {}
         for b in self.blocks.values():
-            if id(b.run) in self._loose:
-                runs.setdefault(id(b.run), []).append(b)
+            if b.run in self._loose:
+                runs.setdefault(b.run, []).append(b)
         self._loose.clear()
         for kept in runs.values():
             kept.sort(key=lambda b: b.start)
