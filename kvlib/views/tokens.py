@@ -1,0 +1,29 @@
+"""View 1, tokens: a strip of chips, one per token, its id beneath; hover for id, position and bytes.
+
+The strip the other views link to: hovering a chip lights that token up in every view of the run."""
+
+import traitlets as T
+
+from .. import tokenizers
+from .base import View, link_for, module
+
+
+class Tokens(View):
+    _esm = module("tokens.js")
+    title = T.Unicode("").tag(sync=True)
+    tokens = T.List().tag(sync=True)  # [{"text", "id", "bytes" (hex pairs), "pos"}]
+
+    @classmethod
+    def of(cls, tokenizer, text, title=None, link=None):
+        """Cut `text` with a tokenizers.Tokenizer (or a Model: its own tokenizer) and show the chips."""
+        if hasattr(tokenizer, "forward"):  # a Model
+            tokenizer = tokenizers.for_model(tokenizer)
+        chunks = tokenizers.chunks(tokenizer, text)
+        texts = [c.text for c in chunks]
+        title = title if title is not None else (f"{tokenizer.name}: {len(chunks)} tokens for {len(text)} "
+                                                 f"characters ({len(text.encode())} bytes)")
+        return cls(title=title, link=link or link_for(texts), tokens=[
+            {"text": c.text, "id": c.id, "bytes": c.bytes.hex(" "), "pos": k} for k, c in enumerate(chunks)])
+
+    def summary(self):
+        return self.title + "\n" + " | ".join(f"{t['text']!r} {t['id']}" for t in self.tokens)

@@ -1,0 +1,220 @@
+"""JupyterLab on 127.0.0.1 driven by Playwright on Debian's Chromium: the helpers the browser
+tests share, and a tool to look at a notebook's views by hand:
+
+    .venv/bin/python tests/browser.py notebooks/05_kv_cache.ipynb   # runs it, screenshots every view
+
+Every page records what it asks the network for (nothing may leave 127.0.0.1) and what it
+sends the kernel (a view that switches in the browser sends nothing).
+"""
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlparse
+
+REPO = Path(__file__).parent.parent
+CHROMIUM = "/usr/bin/chromium"
+TOKEN = "kvlib-test"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+LOCAL = {"127.0.0.1"}
+VIEWS = ".kv-view"  # the browser-drawn views (kvlib/views)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Lab:
+    url = None
+    log = None  # the server's log: the kernels' own errors land here
+
+
+@contextlib.contextmanager
+def lab_server(root, env=None):
+    """JupyterLab serving root/notebooks; yields its URL."""
+    port = free_port()
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(root / "config"), "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
+           **(env or {})}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--port={port}",
+         "--ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root / 'notebooks'}"],
+        stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"), env=env)
+    Lab.url, Lab.log = f"http://127.0.0.1:{port}", root / "server.log"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{Lab.url}/api/status?token={TOKEN}", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise RuntimeError("JupyterLab did not start: " + (root / "server.log").read_text()[-2000:])
+        yield Lab.url
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            # the server once shut its kernels down and then hung at exit, joining an idle AnyIO
+            # worker thread (py-spy: threading._shutdown); the tests are over, so end it
+            server.kill()
+            server.wait(10)
+
+
+def copy_notebooks(root, paths=None):
+    """A copy of the notebooks (running them must not write outputs into the repo)."""
+    (root / "notebooks").mkdir(parents=True, exist_ok=True)
+    for p in paths or sorted((REPO / "notebooks").glob("*.ipynb")):
+        shutil.copy(p, root / "notebooks" / Path(p).name)
+
+
+@contextlib.contextmanager
+def chromium():
+    assert Path(CHROMIUM).exists(), "Chromium is missing: apt-get install -y chromium (make test does this as root)"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def shots_dir():
+    d = Path(os.environ.get("KVLIB_SCREENSHOTS", REPO / ".screenshots"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+class Recorder:
+    """What a page asked the network for, and the frames it sent to kernels."""
+
+    def __init__(self, page):
+        self.urls, self.kernel_frames = [], 0
+        page.on("request", lambda r: self.urls.append(r.url))
+        page.on("websocket", self._socket)
+
+    def _socket(self, ws):
+        if "/api/kernels/" in ws.url:
+            ws.on("framesent", lambda _: setattr(self, "kernel_frames", self.kernel_frames + 1))
+
+    def remote(self):  # requests to anywhere but this machine
+        return [u for u in self.urls if urlparse(u).scheme in ("http", "https", "ws", "wss")
+                and urlparse(u).hostname not in LOCAL]
+
+
+def open_and_run(browser, lab, name, timeout_s=240):
+    """Open a notebook, run all its cells, wait until the kernel is idle; returns (page, console errors).
+
+    page.recorder holds the page's requests and kernel frames."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.recorder = Recorder(page)
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    # a workspace of its own, reset, so no tab from an earlier test opens beside it
+    page.goto(f"{lab}/lab/workspaces/{Path(name).stem}/tree/{name}?reset&token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=60_000)  # the kernel is up
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    n_code = page.locator(".jp-CodeCell").count()
+    page.wait_for_function(
+        f"""() => {{
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent);
+            return prompts.length === {n_code} && prompts.every(t => /\\[\\d+\\]/.test(t));
+        }}""", timeout=timeout_s * 1000)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+    return page, errors
+
+
+def check_clean(page, errors, name, pictures=True):
+    stderr = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    assert stderr.count() == 0, f"{name}: error output: {stderr.first.inner_text()[:500]}"
+    if pictures:
+        assert page.locator(".jp-RenderedImage img").count() > 0, f"{name}: no pictures rendered"
+    assert page.locator(".jupyter-widgets").count() > 0, f"{name}: no widgets rendered"
+    real = [e for e in errors if "favicon" not in e]
+    assert not real, f"{name}: console errors: {real[:5]}"
+    remote = page.recorder.remote()
+    assert not remote, f"{name}: requests left 127.0.0.1: {remote[:5]}"
+
+
+def settle(page, errors, name, what):
+    """After an interaction: wait for the kernel, then nothing went wrong anywhere a learner or teacher
+    would see it: no error or stderr output, no ⚠ message from an app, no console error, no traceback
+    in the server's (kernels') log, no request beyond 127.0.0.1."""
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+    page.wait_for_timeout(300)
+    bad = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    assert bad.count() == 0, f"{name}, after {what}: error output: {bad.first.inner_text()[:500]}"
+    warned = page.locator(".jupyter-widgets:has-text('⚠')")
+    assert warned.count() == 0, f"{name}, after {what}: an app says {warned.first.inner_text()[:300]}"
+    real = [e for e in errors if "favicon" not in e]
+    assert not real, f"{name}, after {what}: console errors: {real[:5]}"
+    log = Lab.log.read_text() if Lab.log else ""
+    assert "Traceback" not in log, f"{name}, after {what}: the server log has a traceback: {log[-2000:]}"
+    remote = page.recorder.remote()
+    assert not remote, f"{name}, after {what}: requests left 127.0.0.1: {remote[:5]}"
+
+
+def tip(page, locator):
+    """Hover an element; -> the text of its view's tooltip."""
+    locator.scroll_into_view_if_needed()
+    locator.hover()
+    view = locator.locator("xpath=ancestor::div[contains(@class, 'kv-view')][1]")
+    t = view.locator(".kv-tip")
+    t.wait_for(state="visible", timeout=5_000)
+    return t.inner_text()
+
+
+def no_kernel_request(page, action, wait_ms=400):
+    """Do `action` in the page; -> how many frames went to the kernel meanwhile (a browser-only switch: 0)."""
+    before = page.recorder.kernel_frames
+    action()
+    page.wait_for_timeout(wait_ms)
+    return page.recorder.kernel_frames - before
+
+
+def screenshots(page, name, selectors=(".jp-RenderedImage img", ".jupyter-widgets.widget-vbox", VIEWS)):
+    """One screenshot per picture, app or view, each scrolled into view, for a person to look at."""
+    k = 0
+    for sel in selectors:
+        for i in range(page.locator(sel).count()):
+            item = page.locator(sel).nth(i)
+            item.scroll_into_view_if_needed()
+            page.wait_for_timeout(300)
+            page.screenshot(path=str(shots_dir() / f"{name}-{k:02d}.png"))
+            k += 1
+    return k
+
+
+def main(paths):
+    """Run notebooks in the browser and screenshot each view (to $KVLIB_SCREENSHOTS or .screenshots)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp, chromium() as browser:
+        root = Path(tmp)
+        copy_notebooks(root, [Path(p).resolve() for p in paths])
+        with lab_server(root) as url:
+            for p in paths:
+                page, errors = open_and_run(browser, url, Path(p).name, timeout_s=900)
+                page.wait_for_timeout(1500)
+                n = screenshots(page, Path(p).stem, (VIEWS,))
+                print(f"{p}: {n} views, console errors {errors[:3]}, remote requests {page.recorder.remote()[:3]}; "
+                      f"screenshots in {shots_dir()}")
+                page.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
