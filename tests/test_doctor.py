@@ -33,6 +33,11 @@ def test_widgets_check_fails_without_the_extension(monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "prefix", str(tmp_path))
     found = doctor.widgets_render()
     assert not found.ok and "jupyterlab_widgets" in found.fix
+    manager = tmp_path / "share" / "jupyter" / "labextensions" / "@jupyter-widgets" / "jupyterlab-manager"
+    manager.mkdir(parents=True)
+    (manager / "package.json").write_text("{}")
+    found = doctor.widgets_render()  # ipywidgets' extension alone: the views would not draw
+    assert not found.ok and "reinstall anywidget" in found.fix
 
 
 def test_slow_machine_is_reported(tiny, monkeypatch):

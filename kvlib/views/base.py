@@ -5,9 +5,10 @@ carry plain data from a live run (token strings, rounded numbers, shapes, byte c
 once; the browser does hover, animation, stepping and switching without calling the kernel.
 anywidget (manzt/anywidget) ships its front-end in its wheel, so nothing is fetched.
 
-Views of one run share a `link` name (by default, one made from the run's tokens): hovering
-a token in one lights it up in all of them. Where a front-end cannot show widgets (nbconvert's
-HTML, a repository viewer), a view shows its `summary()` as text instead of a blank.
+Views of one run share a `link` name (by default, one made from the prompt's tokens, so a
+generation's views link through its prompt): hovering a token in one lights it up in all of
+them. Where a front-end cannot show widgets (nbconvert's HTML, a repository viewer), a view
+shows its `summary()` as text instead of a blank.
 """
 
 import hashlib
@@ -28,7 +29,7 @@ def module(name):  # a view's ES module: the shared helpers (KV.*), then the vie
     return (HERE / "common.js").read_text() + "\n" + (HERE / name).read_text()
 
 
-def link_for(tokens):  # one name per run: views of the same tokens link up without being told
+def link_for(tokens):  # one name per prompt: views of a run from the same prompt tokens link up unasked
     return "run-" + hashlib.blake2b("\x00".join(tokens).encode(), digest_size=6).hexdigest()
 
 

@@ -16,13 +16,17 @@ class Tokens(View):
     @classmethod
     def of(cls, tokenizer, text, title=None, link=None):
         """Cut `text` with a tokenizers.Tokenizer (or a Model: its own tokenizer) and show the chips."""
+        return cls(**cls.data(tokenizer, text, title, link))
+
+    @staticmethod
+    def data(tokenizer, text, title=None, link=None):  # -> the traits of a strip, to build or update one
         if hasattr(tokenizer, "forward"):  # a Model
             tokenizer = tokenizers.for_model(tokenizer)
         chunks = tokenizers.chunks(tokenizer, text)
         texts = [c.text for c in chunks]
         title = title if title is not None else (f"{tokenizer.name}: {len(chunks)} tokens for {len(text)} "
                                                  f"characters ({len(text.encode())} bytes)")
-        return cls(title=title, link=link or link_for(texts), tokens=[
+        return dict(title=title, link=link or link_for(texts), tokens=[
             {"text": c.text, "id": c.id, "bytes": c.bytes.hex(" "), "pos": k} for k, c in enumerate(chunks)])
 
     def summary(self):

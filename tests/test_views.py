@@ -1,0 +1,124 @@
+"""The browser views, built headless from live runs: their data must be the model's own.
+
+Labels equal the model's tokens, numbers equal the trace or the cache (as rounded for
+display), bytes equal `cache.nbytes` at every step; each view stays under 1 MB and has a
+text fallback for front-ends without widgets."""
+
+import json
+
+import pytest
+import torch
+
+import kvlib
+from kvlib import memory, tokenizers, views
+from kvlib.views import base
+
+
+def decode_by_hand(model, prompt, steps):  # -> tokens fed, cache.nbytes after each step, the final cache
+    ids, cache, sizes = model.encode(prompt), model.new_cache(), []
+    feed = ids
+    for _ in range(steps):
+        token = int(model.forward(feed, cache=cache)[-1].argmax())
+        sizes.append(cache.nbytes)
+        ids, feed = ids + [token], [token]
+    return ids[:-1], sizes, cache
+
+
+@pytest.mark.parametrize("name", ["tiny", "smollm2"])
+def test_cache_growth_shows_the_live_cache(name, request):
+    model = request.getfixturevalue(name)
+    view = views.CacheGrowth.of(model, "Mary had a little", new_tokens=6)
+    held, sizes, cache = decode_by_hand(model, "Mary had a little", 6)
+    assert view.tokens == [model.decode([i]) for i in held]
+    assert view.nbytes == sizes  # cache.nbytes read at every step of an independent run
+    per_token = 2 * model.config.n_layer * model.config.n_kv_head * model.config.head_dim * 4
+    assert view.nbytes == [view.held(s) * per_token for s in range(6)]
+    assert view.fed == [len(model.encode("Mary had a little"))] + [1] * 5
+    for s in range(6):
+        assert view.layer_nbytes[s] == [view.held(s) * per_token // model.config.n_layer] * model.config.n_layer
+    for l in (0, model.config.n_layer - 1):
+        assert view.k_rows[l] == [[round(x, 2) for x in row] for row in cache.layers[l].keys[0, :, :8].tolist()]
+        assert view.v_rows[l] == [[round(x, 2) for x in row] for row in cache.layers[l].values[0, :, :8].tolist()]
+    assert view.shape["n_kv_head"] == model.config.n_kv_head and view.state_bytes() < base.MAX_STATE_BYTES
+    assert f"{sizes[-1]:,} bytes" in view.summary()
+
+
+def test_generate_fills_the_cache_it_is_given(tiny):
+    cache = tiny.new_cache()
+    gen = kvlib.generate(tiny, "Mary had", 4, cache=cache, stop_at_eos=False)
+    assert gen.cache is cache and len(cache) == len(gen.prompt_ids) + 3
+    assert gen.ids == kvlib.generate(tiny, "Mary had", 4, stop_at_eos=False).ids
+    with pytest.raises(kvlib.KVLibError, match="empty cache"):
+        kvlib.generate(tiny, "Mary had", 4, cache=cache)
+
+
+def test_tokens_view_is_the_tokenizers_chunks(tiny):
+    view = views.Tokens.of(tiny, "Check out ngrok.ai")
+    ids = tiny.encode("Check out ngrok.ai")
+    assert [t["id"] for t in view.tokens] == ids
+    assert "".join(t["text"] for t in view.tokens) == "Check out ngrok.ai"
+    assert [bytes.fromhex(t["bytes"]) for t in view.tokens] == [tiny.tokenizer.decode([i]).encode() for i in ids]
+    o200k = views.Tokens.of(tokenizers.openai("o200k_base"), "Check out ngrok.ai")
+    assert [t["id"] for t in o200k.tokens] == [4383, 842, 1657, 17690, 75584]  # tiktoken's ids
+    with pytest.raises(kvlib.KVLibError, match="empty"):
+        views.Tokens.of(tiny, "")
+
+
+def test_matrix_view_rounds_the_tensor_and_checks_labels(tiny):
+    ids = tiny.encode("Mary had a little")
+    rows = tiny.params["wte.weight"][ids]
+    m = views.Matrix.of(rows, [tiny.decode([i]) for i in ids], "E", new_row=3)
+    assert m.values[2][17] == round(rows[2, 17].item(), 2) and len(m.values[0]) == tiny.config.n_embd
+    assert m.rows[-1] == " little" and m.new_row == 3
+    with pytest.raises(ValueError, match="one label per row"):
+        views.Matrix.of(rows, ["a"])
+    with pytest.raises(ValueError, match="2-D"):
+        views.Matrix.of(rows[0], ["a"])
+
+
+def test_toy_step_is_the_arithmetic_a_learner_does_by_hand():
+    step = views.DecodeStep.toy_step()
+    q, K, V = step.parts["q"][0], step.parts["K"], step.parts["V"]
+    scores = [sum(a * b for a, b in zip(q, k)) / 2 for k in K]  # √4 = 2
+    e = [2.718281828459045 ** s for s in scores]
+    weights = [x / sum(e) for x in e]
+    out = [sum(w * v[j] for w, v in zip(weights, V)) for j in range(4)]
+    assert step.parts["scores"][0] == pytest.approx(scores, abs=1e-4)
+    assert step.parts["weights"][0] == pytest.approx(weights, abs=1e-4) and sum(weights) == pytest.approx(1)
+    assert step.parts["out"][0] == pytest.approx(out, abs=1e-4)
+    assert step.parts["mask"] == [[0.0] * 4] and step.tokens[-1] == " little"
+
+
+@pytest.mark.parametrize("name, layer, head", [("tiny", 1, 2), ("smollm2", 20, 7)])
+def test_decode_step_is_the_models_own_step(name, layer, head, request):
+    model = request.getfixturevalue(name)
+    step = views.DecodeStep.of(model, "Mary had a little", layer=layer, head=head)
+    cache = model.new_cache()
+    ids = model.encode("Mary had a little")
+    token = int(model.forward(ids, cache=cache)[-1].argmax())
+    trace = kvlib.Trace()
+    model.forward([token], cache=cache, trace=trace)
+    t = trace.layers[layer]
+    kv = head // (model.config.n_head // model.config.n_kv_head)
+    assert step.tokens == [model.decode([i]) for i in ids + [token]]
+    close = lambda part, tensor: torch.allclose(torch.tensor(step.parts[part], dtype=torch.float64), tensor.double(), atol=1e-4)
+    assert close("q", t.q[head]) and close("K", cache.layers[layer].keys[kv]) and close("V", cache.layers[layer].values[kv])
+    assert close("scores", t.scores[head]) and close("weights", t.weights[head]) and close("out", t.out[head])
+    assert f"reading K/V head {kv}" in step.title
+
+
+def test_views_of_one_run_link_and_fall_back_to_text(tiny):
+    tokens = [tiny.decode([i]) for i in tiny.encode("Mary had a little")]
+    a = views.Tokens.of(tiny, "Mary had a little")
+    b = views.Matrix.of(torch.zeros(len(tokens), 3), tokens)
+    assert a.link == b.link == views.link_for(tokens) != views.link_for(tokens[:-1])
+    data, _ = b._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in data  # the view itself where widgets work
+    assert "' little'" in data["text/plain"] and data["text/html"].startswith("<pre>")
+
+
+def test_a_view_over_a_megabyte_is_refused(tiny):
+    big = torch.randn(500, 500)  # 250,000 numbers, about 7 bytes each as JSON
+    with pytest.raises(kvlib.KVLibError, match="shorter prompt"):
+        views.Matrix.of(big, [str(i) for i in range(500)])
+    assert json.dumps(views.CacheGrowth.of(tiny, "Mary", 3).get_state(), default=str)  # plain data, JSON as sent
