@@ -148,76 +148,6 @@ def projection(coords, words, labels, title):
     return fig
 
 
-def outline_rows(ax, rows, width, colour, label=None):
-    """Draw a box around whole rows of a heatmap (the new row, or rows recomputed for nothing)."""
-    from matplotlib.patches import Rectangle
-    for k, r in enumerate(rows):
-        ax.add_patch(Rectangle((-0.5, r - 0.5), width, 1, fill=False, ec=colour, lw=2.2,
-                               label=label if k == 0 else None))
-
-
-def attention_grid(weights, tokens, title, new_rows=(), recomputed_rows=(), ax=None):
-    """Attention weights [T, S]: row = the token that looks, column = the token looked at."""
-    w = np.asarray(weights, dtype=float)
-    if w.ndim != 2 or w.shape[1] != len(tokens):
-        raise ValueError(f"attention_grid takes one head's weights [T, S] and S token labels; got {w.shape} "
-                         f"and {len(tokens)} labels")
-    labels = [repr(t)[1:-1] for t in tokens]
-    fig = heatmap(w, title, "looked at (key)", "looking (query)", row_labels=labels[len(labels) - w.shape[0]:],
-                  col_labels=labels, cmap="Blues", ax=ax, colorbar=ax is None, annotate=w.size <= 200)
-    ax = ax or fig.axes[0]
-    outline_rows(ax, recomputed_rows, w.shape[1], "#999999", "recomputed without a cache (unchanged)")
-    outline_rows(ax, new_rows, w.shape[1], "#e69138", "new this step")
-    if new_rows or recomputed_rows:
-        ax.legend(loc="upper left", bbox_to_anchor=(0, -0.25), fontsize=8, ncol=2, frameon=False)
-    return fig
-
-
-def head_thumbnails(weights, tokens):
-    """Every layer x head at a glance: weights [L, nh, T, T]."""
-    w = np.asarray(weights, dtype=float)
-    L, nh = w.shape[:2]
-    fig = Figure(figsize=(1.6 * nh + 0.8, 1.6 * L + 0.6))
-    axes = fig.subplots(L, nh, squeeze=False)
-    for l in range(L):
-        for h in range(nh):
-            ax = axes[l, h]
-            ax.imshow(w[l, h], cmap="Blues", vmin=0, vmax=1)
-            ax.set_xticks([]), ax.set_yticks([])
-            if l == 0:
-                ax.set_title(f"head {h}", fontsize=8)
-            if h == 0:
-                ax.set_ylabel(f"layer {l}", fontsize=8)
-    fig.suptitle(f"attention weights of every layer and head ({len(tokens)} tokens; darker = more weight)",
-                 fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def cache_growth(layers, capacity, title):
-    """Each layer's cached K and V (heads side by side), one row per token, up to `capacity` rows.
-
-    layers: [(keys [T, n_head*hs], values [T, n_head*hs], nbytes)] per layer."""
-    L = len(layers)
-    fig = Figure(figsize=(11, 1.0 + 1.5 * L))
-    axes = fig.subplots(L, 2, squeeze=False)
-    for l, (k, v, nbytes) in enumerate(layers):
-        for j, (m, name) in enumerate(((k, "K"), (v, "V"))):
-            m = np.asarray(m, dtype=float)
-            padded = np.full((capacity, m.shape[1]), np.nan)
-            padded[:len(m)] = m
-            ax = axes[l, j]
-            lim = float(np.abs(m).max()) if m.size else 1.0
-            ax.imshow(padded, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
-            if len(m):
-                outline_rows(ax, [len(m) - 1], m.shape[1], "#e69138")
-            ax.set_yticks([]), ax.set_xticks([])
-            ax.set_title(f"layer {l} {name}: {len(m)} tokens x {m.shape[1]}, {nbytes // 2:,} bytes", fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
 def step_costs(lengths, cached, uncached, ylabel, title):
     """Cost per decode step, with and without the cache, against the sequence length."""
     fig = Figure(figsize=(8, 3.6))
@@ -332,24 +262,6 @@ def widths(dims_by_name, title):
     ax.invert_yaxis(), ax.set_xlim(0, max(dims) * 1.12)
     ax.set_xlabel("numbers per token (n_embd)"), ax.set_title(title, fontsize=10)
     ax.spines[["right", "top"]].set_visible(False)
-    fig.tight_layout()
-    return fig
-
-
-def layer_heads(weights, tokens, layer):
-    """Every head of one layer side by side: weights [nh, T, T] (for models too big to show all layers)."""
-    w = np.asarray(weights, dtype=float)
-    if w.ndim != 3 or w.shape[-1] != len(tokens):
-        raise ValueError(f"layer_heads takes one layer's weights [heads, T, T] and T tokens; got {w.shape} "
-                         f"and {len(tokens)} tokens")
-    nh = w.shape[0]
-    fig = Figure(figsize=(1.5 * nh + 0.8, 2.3))
-    axes = fig.subplots(1, nh, squeeze=False)[0]
-    for h, ax in enumerate(axes):
-        ax.imshow(w[h], cmap="Blues", vmin=0, vmax=1)
-        ax.set_xticks([]), ax.set_yticks([]), ax.set_title(f"head {h}", fontsize=8)
-    axes[0].set_ylabel(f"layer {layer}", fontsize=8)
-    fig.suptitle(f"every head of layer {layer} ({len(tokens)} tokens; darker = more weight)", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -7,7 +7,7 @@ errors, no request beyond 127.0.0.1. Screenshots go to $KVLIB_SCREENSHOTS (defau
 
 import pytest
 
-from browser import (Lab, check_clean, chromium, copy_notebooks, lab_server, no_kernel_request, open_and_run,
+from browser import (check_clean, chromium, copy_notebooks, lab_server, no_kernel_request, open_and_run,
                      screenshots, settle, shots_dir, tip)
 
 
@@ -66,11 +66,15 @@ def test_02_tokens(browser, lab):
     box.press("Tab")  # continuous_update=False: the app updates when the box loses focus
     page.wait_for_function("() => document.body.innerText.includes('GPT-2: 2 tokens for 9 characters')", timeout=30_000)
     settle(page, errors, "02", "typing 'Will will'")
-    for tok in toks:  # each row shows that tokenizer's own ids, e.g. GPT-2's 8743 and 481
-        ids = tok.encode("Will will")
-        row = app.locator(f"xpath=.//div[starts-with(normalize-space(), '{tok.name}: {len(ids)} tokens for 9 "
-                          f"characters')]/following-sibling::div[1]")
-        assert [int(t) for t in row.inner_text().split() if t.isdigit()] == ids, tok.name
+    strips = app.locator(".kv-tokens")
+    assert strips.count() == len(toks)
+    for tok, k in zip(toks, range(len(toks))):  # each strip shows that tokenizer's own ids, e.g. GPT-2's 8743 and 481
+        strip, ids = strips.nth(k), tok.encode("Will will")
+        assert strip.locator(".kv-title").inner_text().startswith(f"{tok.name}: {len(ids)} tokens for 9 characters")
+        assert [int(i) for i in strip.locator("[data-id]").evaluate_all("cs => cs.map(c => c.dataset.id)")] == ids
+        first = bytes(tok.token_bytes(ids[0]))  # hover the first chip: its id, position and bytes
+        assert tip(page, strip.locator("[data-id]").first) == (f"{tok.decode([ids[0]])!r} · position 0\n"
+                                                               f"id {ids[0]} · {len(first)} bytes: {first.hex(' ')}")
     assert tokenizers.gpt2().encode("Will will") == [8743, 481]
     div = page.locator(".widget-vbox").filter(has_text="Prompt B").first
     b = div.locator("input[type='text']").nth(1)
@@ -90,32 +94,59 @@ def test_02_tokens(browser, lab):
 
 
 def test_03_embeddings(browser, lab):
+    """The map switches 1D / 2D / 3D and turns in the browser (no kernel frame); a hovered point names the
+    kernel's word; the score beside it is the kernel's separation."""
     import kvlib
     from kvlib import embeddings
+    from kvlib.views import EmbeddingMap
 
     smollm2 = kvlib.load_model("smollm2", device="cpu")
-    fams = embeddings.families(smollm2)
+    sent = EmbeddingMap.of(smollm2)  # what the kernel sends the browser: words, families, scores
+    n = len(sent.words)
     page, errors = open_and_run(browser, lab, "03_embeddings.ipynb")
     check_clean(page, errors, "03")
     body = page.locator("body").inner_text()
     assert "Model('smollm2', llama family" in body and "Model('random-gpt2', gpt2 family" in body
     assert "smollm2 adds no position table" in body  # RoPE: the KVLibError, shown by the notebook
-    app = page.locator(".widget-vbox").filter(has_text="Project to").first
-    score = app.locator(".widget-html").first
-    picture = app.locator(".jp-RenderedImage img")
+    app = page.locator(".widget-vbox").filter(has=page.locator(".kv-embedding")).first
+    view = app.locator(".kv-embedding")
     app.scroll_into_view_if_needed()
+    points = view.locator(".kv-point")
+    placed = lambda: points.evaluate_all("ps => ps.map(p => [+p.dataset.pos, p.getAttribute('transform')]).sort()")
+    assert points.count() == n
     for dims in (2, 3, 1):
-        before_text, before_src = score.inner_text(), picture.get_attribute("src")
-        app.locator(f"button:has-text('{dims}D')").click()
-        page.wait_for_function("([el, d]) => el.innerText.includes(`In ${d}D,`)", arg=[app.element_handle(), dims],
-                               timeout=30_000)
+        before = placed()
+        assert no_kernel_request(page, lambda: view.locator(f"button[data-dims='{dims}']").click()) == 0
         settle(page, errors, "03", f"switching to {dims}D")
-        coords, words, labels = embeddings.project(smollm2, fams, dims)
-        sep = embeddings.separation(coords, labels)
-        assert f"In {dims}D, {sep:.0%} of the words" in score.inner_text()
-        assert score.inner_text() != before_text
-        assert picture.count() == 1 and picture.get_attribute("src") != before_src  # replaced, not added
+        assert placed() != before, f"03: the picture did not change in {dims}D"
+        hits = round(sent.scores[dims - 1] * n)
+        assert f"In {dims}D, {hits} of the {n} words" in view.inner_text()
         page.screenshot(path=str(shots_dir() / f"03-space-{dims}D.png"))
+    for i in (0, n // 2, n - 1):  # in 1D no point covers another: hover each for the kernel's word and family
+        assert tip(page, view.locator(f".kv-point[data-pos='{i}']")).startswith(
+            f"{sent.words[i]!r} · {sent.labels[i]} · id {sent.ids[i]}")
+    view.locator("button[data-dims='3']").click()
+    picture = view.locator("svg.kv-map")
+
+    def keys():
+        picture.focus()
+        page.keyboard.press("ArrowLeft")
+        page.keyboard.press("ArrowDown")
+        assert picture.evaluate("e => e === document.activeElement"), "03: the notebook took the arrow keys"
+
+    def drag():
+        box = picture.bounding_box()
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.mouse.move(x, y)
+        page.mouse.down()
+        page.mouse.move(x + 80, y + 30, steps=5)
+        page.mouse.up()
+
+    for how, turn in (("the arrow keys", keys), ("a drag", drag)):
+        before = placed()
+        assert no_kernel_request(page, turn) == 0, how
+        assert placed() != before, f"03: {how} did not turn the 3D picture"
+    settle(page, errors, "03", "turning the 3D picture")
     word = app.locator("input[type='text']")
     word.fill("queen")
     word.press("Tab")
@@ -140,150 +171,238 @@ def test_04_attention(browser, lab):
     trace = kvlib.Trace()
     smollm2.forward(smollm2.encode(mary), trace=trace)
     tokens = [smollm2.decode([i]) for i in smollm2.encode(mary)]
+    T = len(tokens)
     page, errors = open_and_run(browser, lab, "04_attention.ipynb")
     check_clean(page, errors, "04")
     body = page.locator("body").inner_text()
     assert "after 'Mary had a little': ' bit'" in body and "' snow' 81" in body
     assert "query heads that read the very same WK: [[0, 1, 2], [3, 4, 5], [6, 7, 8]]" in body
-    app = page.locator(".widget-vbox").filter(has=page.locator("select")).first
-    app.scroll_into_view_if_needed()
-    weights = lambda: [float(t.rsplit(": ", 1)[1]) for t in
-                       app.locator("td[title*='→']").evaluate_all("cells => cells.map(c => c.title)")]
-    shown = weights()
-    for layer, head in ((10, 0), (10, 1), (20, 4)):
-        app.locator("select").nth(0).select_option(label=f"layer {layer}")
-        settle(page, errors, "04", f"choosing layer {layer}")
-        app.locator("select").nth(1).select_option(label=f"head {head}")
-        settle(page, errors, "04", f"choosing head {head}")
-        page.wait_for_function("([el, l, h]) => el.innerText.includes(`layer ${l}, head ${h}`)",
-                               arg=[app.element_handle(), layer, head], timeout=30_000)
-        expected = trace.layers[layer].weights[head].flatten().tolist()  # the grid's cells, row by row
-        now = weights()
-        assert len(now) == len(expected) and max(abs(a - b) for a, b in zip(now, expected)) < 2e-3, (layer, head)
-        assert now != shown  # the numbers changed, not only the picture
+    grids = page.locator(".kv-att")  # the one head read aloud (layer 1, head 0), then the explorer's
+    assert grids.count() == 2
+    view = grids.nth(1)
+    view.scroll_into_view_if_needed()
+    cells = lambda: [js_num(t) for t in view.locator("td.kv-att-cell:not(.kv-masked)").all_inner_texts()]
+    assert view.locator("td.kv-masked").count() == T * (T - 1) // 2  # the upper triangle, drawn empty
+    shown = cells()
+    for layer, head in ((10, 0), (10, 1), (20, 4), (20, "mean")):
+        name = "average of heads" if head == "mean" else f"head {head}"
+        frames = no_kernel_request(page, lambda: (view.locator("select.kv-att-layer").select_option(label=f"layer {layer}"),
+                                                  view.locator("select.kv-att-head").select_option(label=name)))
+        assert frames == 0, f"switching to layer {layer}, {name} asked the kernel"  # a short prompt sent every head
+        assert (view.get_attribute("data-layer"), view.get_attribute("data-head")) == (str(layer), str(head))
+        w = trace.layers[layer].weights.mean(0) if head == "mean" else trace.layers[layer].weights[head]
+        now = cells()  # the lower triangle, row by row, 2 decimals
+        assert len(now) == T * (T + 1) // 2 and max(abs(a - w[i, j].item()) for a, (i, j) in
+                                                    zip(now, [(i, j) for i in range(T) for j in range(i + 1)])) < 6e-3
+        assert now != shown, (layer, head)  # the numbers changed, not only the picture
         shown = now
-        _, top, w = attention.most_attended(trace.layers[layer].weights[head, -1], tokens)
-        assert f"gives most weight to {top!r} ({w:.2f})" in app.inner_text()  # the last row, read aloud
+        _, top, most = attention.most_attended(w[-1], tokens)
+        assert f"gives most weight to {top!r} ({most:.2f})" in view.inner_text()  # the last row, read aloud
         page.screenshot(path=str(shots_dir() / f"04-explorer-l{layer}-h{head}.png"))
-    cell = app.locator("td[title*='→']").nth(5)
-    cell.scroll_into_view_if_needed()
-    cell.hover()  # the value of a cell on hover
-    assert float(cell.get_attribute("title").rsplit(": ", 1)[1]) >= 0
+    assert no_kernel_request(page, lambda: view.locator("button.kv-att-thumb").nth(4).click()) == 0
+    assert view.get_attribute("data-head") == "4" and "head 4" in view.locator(".kv-att-thumb.kv-selected").inner_text()
+    j = int(trace.layers[20].weights[4, 3].argmax())  # the cell the last token weighs most
+    first, second = tip(page, view.locator(f"tr.kv-att-row[data-pos='3'] td[data-col='{j}']")).splitlines()
+    prefix = f"'{tokens[3]}' looks at '{tokens[j]}': "
+    assert first.startswith(prefix) and second == "layer 20, head 4", first
+    assert abs(js_num(first[len(prefix):]) - trace.layers[20].weights[4, 3, j].item()) < 6e-4  # 3 decimals
+    assert "cannot look at" in tip(page, view.locator("tr.kv-att-row[data-pos='1'] td[data-col='2']"))
+    tip(page, view.locator("th.kv-rowhead[data-pos='2']"))  # a token: its row and its column light up
+    lit = 2 + 1 + T  # the row and its label, the column label and the column's T cells
+    assert view.locator(".kv-linked").count() == lit and view.locator("tr.kv-att-row.kv-linked").count() == 1
+    assert grids.nth(0).locator(".kv-linked").count() == lit  # and in the other view of the same run
+    page.screenshot(path=str(shots_dir() / "04-explorer-linked.png"))
+    settle(page, errors, "04", "switching layers and heads, hovering")
     screenshots(page, "04")
 
 
+def js_num(text):  # a number as the views print it (a real minus sign)
+    return float(text.replace("−", "-"))
+
+
+RECORD_STEPS = """([root, rows]) => {  // on every step the view shows, note the rows it then holds
+    root.__seen = [];
+    const count = new Function("r", `return (${rows})(r)`);
+    new MutationObserver(() => root.__seen.push([+root.dataset.step, count(root)]))
+        .observe(root, {attributes: true, attributeFilter: ["data-step"]});
+}"""
+GRID_ROWS = "(r) => r.querySelectorAll('tr.kv-att-row').length"
+CACHE_ROWS = "(r) => [...r.querySelectorAll('.kv-layer')].map(l => l.querySelectorAll('.kv-kvrow').length)"
+
+
+def play_through(page, root, rows, last):
+    """Press Play and wait for the last step; -> [(step, rows)] as the view showed them, one per step."""
+    page.evaluate(RECORD_STEPS, [root.element_handle(), rows])
+    frames = no_kernel_request(page, lambda: (root.locator("button", has_text="Play").click(),
+                                              page.wait_for_function("([r, n]) => r.dataset.step == n",
+                                                                     arg=[root.element_handle(), last],
+                                                                     timeout=60_000)), wait_ms=200)
+    return root.evaluate("r => r.__seen"), frames
+
+
 def test_05_kv_cache_animates(browser, lab):
-    """Both apps play and step: each move redraws the picture, and the info line's step, token count and
-    bytes agree with each other and with tiny's KV bytes per token."""
-    import json
-    import re
+    """The grid and the cache play in the browser, one row per step (counted in the DOM), with no kernel
+    request; hovers show the kernel's own numbers; hovering a token in the grid lights its rows in every
+    layer of the cache; the worked step walks its seven parts."""
+    import math
 
-    from kvlib import memory, models
+    import kvlib
 
+    tiny = kvlib.load_model("tiny", device="cpu")
+    prompt = tiny.encode("Mary had a little")
+    P, L = len(prompt), tiny.config.n_layer
+    gen = kvlib.generate(tiny, prompt, 10, stop_at_eos=False)
+    seq = prompt + gen.ids
+    cache = tiny.new_cache()
+    tiny.forward(seq[:-1], cache=cache)  # the cache after the last step: every token fed
     page, errors = open_and_run(browser, lab, "05_kv_cache.ipynb", timeout_s=400)
     check_clean(page, errors, "05")
-    settle(page, errors, "05", "running all cells")
-    tiny = json.loads((models.TINY_DIR / "config.json").read_text())
-    per_token = memory.kv_bytes_per_token(tiny["n_layer"], tiny["n_head"], tiny["n_embd"] // tiny["n_head"])
-    apps = page.locator(".widget-vbox").filter(has=page.locator(".widget-play"))
-    assert apps.count() == 2
-    grid, growth = apps.nth(0), apps.nth(1)
+    grid, growth = page.locator(".kv-att").first, page.locator(".kv-cachegrowth").first
 
-    def seen(app):  # (step shown, its info line, its picture)
-        info = app.locator(".widget-html").first.inner_text()
-        return int(re.search(r"Step (\d+):", info).group(1)), info, app.locator("img").first.get_attribute("src")
+    grid.scroll_into_view_if_needed()
+    seen, frames = play_through(page, grid, GRID_ROWS, 9)  # 10 tokens generated: 9 fed back
+    assert frames == 0, "05: playing the grid sent the kernel a message"
+    assert [s for s, _ in seen] == list(range(1, 10)) and all(n == P + s for s, n in seen), seen
+    trace = kvlib.Trace()
+    tiny.forward(seq, trace=trace)
+    layer, head = int(grid.get_attribute("data-layer")), int(grid.get_attribute("data-head"))
+    cell = grid.locator(f"tr.kv-att-row[data-pos='{P + 2}'] td.kv-att-cell[data-col='1']")
+    w = trace.layers[layer].weights[head, P + 2, 1].item()
+    text = tip(page, cell).split("\n")[0]
+    assert text.startswith(f"{tiny.decode([seq[P + 2]])!r} looks at {tiny.decode([seq[1]])!r}: "), text
+    assert abs(js_num(text.rsplit(": ", 1)[1]) - w) < 1e-3, (text, w)
 
-    def check_grid(step, info, first_fed):
-        fed = int(re.search(r"the model is fed (\d+) tokens", info).group(1))
-        assert fed == first_fed + step, info
-        if step:
-            assert float(re.search(r"largest change ([-+.e\d]+)\)", info).group(1)) < 1e-4, info
+    growth.scroll_into_view_if_needed()
+    seen, frames = play_through(page, growth, CACHE_ROWS, 9)
+    assert frames == 0, "05: playing the cache sent the kernel a message"
+    assert [s for s, _ in seen] == list(range(1, 10)) and all(rows == [P + s] * L for s, rows in seen), seen
+    per_token = 2 * L * tiny.config.n_kv_head * tiny.config.head_dim * 4
+    assert growth.locator(".kv-total").inner_text() == f"{(P + 9) * per_token:,} bytes"
+    row = growth.locator(".kv-layer[data-layer='2'] .kv-kvrow[data-pos='3']")
+    lines = tip(page, row).split("\n")
+    assert lines[0] == f"{tiny.decode([seq[3]])!r} · position 3 · layer 2", lines
+    assert lines[1].endswith(f"= {per_token // L:,} bytes"), lines
+    for line, tensor in zip(lines[2:], (cache.layers[2].keys, cache.layers[2].values)):
+        shown = [js_num(x) for x in line.split(": ")[1].split()]
+        assert max(abs(a - b) for a, b in zip(shown, tensor[0, 3, :8].tolist())) <= 0.0051, (line, tensor[0, 3, :8])
 
-    def check_growth(step, info, first_held):
-        held = int(re.search(r"now holds (\d+) tokens", info).group(1))
-        total, layers, tokens, each = re.search(r"([\d,]+) bytes in all (\d+) layers \((\d+) tokens × ([\d,]+) "
-                                                r"bytes per token\)", info).groups()
-        assert held == int(tokens) == first_held + step, info
-        assert int(layers) == tiny["n_layer"] and int(each.replace(",", "")) == per_token, info
-        assert int(total.replace(",", "")) == held * per_token, info
+    label = grid.locator("tr.kv-att-row[data-pos='3'] th.kv-rowhead")  # linked: the grid's ' little' ...
+    label.scroll_into_view_if_needed()
+    label.hover()
+    lit = growth.locator(".kv-kvrow.kv-linked[data-pos='3']")  # ... lights its row in every layer of the cache
+    assert lit.count() == L and growth.locator(".kv-kvrow.kv-linked").count() == L
+    page.mouse.move(0, 0)
+    assert growth.locator(".kv-linked").count() == 0
 
-    last = {}
-    for k, (app, check, count) in enumerate(((grid, check_grid, r"fed (\d+) tokens"),
-                                             (growth, check_growth, r"holds (\d+) tokens"))):
-        app.locator(".widget-play").scroll_into_view_if_needed()
-        step, info, picture = seen(app)
-        assert step == 0
-        first = int(re.search(count, info).group(1))
-        check(0, info, first)
-        app.locator(".widget-play button").first.click()  # Play
-        page.wait_for_function("([el, s]) => el.innerText.includes(`Step ${s}:`)",
-                               arg=[app.element_handle(), 2], timeout=60_000)
-        settle(page, errors, "05", f"Play in app {k}")
-        pause = app.locator(".widget-play button:has(i.fa-pause)")
-        if pause.count():
-            pause.click()  # a playing app keeps replacing its picture
-        settle(page, errors, "05", f"Pause in app {k}")
-        step, info, now = seen(app)
-        assert step >= 2 and now != picture, f"app {k}: the picture did not change after playing to step {step}"
-        check(step, info, first)
-        picture = now
-        page.screenshot(path=str(shots_dir() / f"05-play{k}-step{step}.png"))
-        for key, move in (("ArrowLeft", -1), ("ArrowLeft", -1), ("ArrowRight", 1)):  # the slider, by keyboard
-            app.locator(".noUi-handle").first.press(key)
-            page.wait_for_function("([el, s]) => el.innerText.includes(`Step ${s}:`)",
-                                   arg=[app.element_handle(), step + move], timeout=30_000)
-            settle(page, errors, "05", f"{key} on the slider of app {k}")
-            before, (step, info, picture) = picture, seen(app)
-            assert picture != before, f"app {k}: the picture did not change at step {step}"
-            check(step, info, first)
-        last[k] = step, picture
+    for view, name in ((grid, "grid"), (growth, "cache")):  # mid-decode, a token hovered: for a person to look at
+        for _ in range(4):
+            view.locator("button[aria-label='step back']").click()
+        assert view.get_attribute("data-step") == "5"
+        view.scroll_into_view_if_needed()
+        view.locator("[data-pos='3']").first.hover()
+        page.screenshot(path=str(shots_dir() / f"05-{name}-step5.png"))
+    page.mouse.move(0, 0)
 
-    grid.locator("select").first.select_option(label="layer 1")  # another layer: another grid, the same step
-    page.wait_for_function("([el, src]) => el.querySelector('img').getAttribute('src') !== src",
-                           arg=[grid.element_handle(), last[0][1]], timeout=30_000)
-    settle(page, errors, "05", "choosing layer 1")
-    assert seen(grid)[0] == last[0][0]
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
-    page.wait_for_timeout(1000)
-    screenshots(page, "05", (".jp-RenderedImage img",))
+    toy, real = page.locator(".kv-step").nth(0), page.locator(".kv-step").nth(1)
+    toy.scroll_into_view_if_needed()
+    parts = ["q", "K", "scores", "mask", "weights", "V", "out"]
+    frames = no_kernel_request(page, lambda: [toy.locator("button", has_text="Next").click() for _ in parts[1:]])
+    assert frames == 0 and toy.get_attribute("data-part") == "out"
+    assert toy.locator(".kv-part.kv-current").get_attribute("data-part") == "out"
+    assert [toy.locator(".kv-part.kv-input").nth(i).get_attribute("data-part") for i in range(2)] == ["weights", "V"]
+    from kvlib.views.step import TOY
+    scores = [sum(a * b for a, b in zip(TOY["q"][0], k)) / 2 for k in TOY["K"]]
+    weights = [math.exp(s) / sum(math.exp(x) for x in scores) for s in scores]
+    out = [sum(w * v[j] for w, v in zip(weights, TOY["V"])) for j in range(4)]
+    shown = [js_num(t) for t in toy.locator(".kv-part[data-part='out'] td.kv-cell").all_inner_texts()]
+    assert max(abs(a - b) for a, b in zip(shown, out)) <= 0.0051, (shown, out)
+    toy.locator("button", has_text="Back").click()  # the weights, mid-way: for a person to look at
+    toy.locator("button", has_text="Back").click()
+    toy.screenshot(path=str(shots_dir() / "05-step-weights.png"))
+    toy.locator("button", has_text="Next").click()
+    toy.locator("button", has_text="Next").click()
+    assert toy.locator(".kv-explain").inner_text().endswith(f"= {out[0]:.2f}. One row of 4, the only new row of "
+                                                            "this head's output.")
+    step_trace = kvlib.Trace()
+    step_cache = tiny.new_cache()
+    fed = int(tiny.forward(prompt, cache=step_cache)[-1].argmax())
+    tiny.forward([fed], cache=step_cache, trace=step_trace)
+    text = tip(page, real.locator(".kv-part[data-part='out'] td.kv-cell[data-j='0']"))
+    assert abs(js_num(text.rsplit(": ", 1)[1]) - step_trace.layers[0].out[0, 0, 0].item()) < 1e-4, text
+    settle(page, errors, "05", "playing, hovering and stepping the views")
+    screenshots(page, "05", (".kv-view",))
 
 
 def test_06_prompt_caching(browser, lab):
+    """Each new row's chips are the kernel's receipt and blocks (the notebook's stream, replayed here on the same
+    model and clock); a chip's tooltip shows its tokens and hash; after Fast-forward the stored blocks show expired."""
+    import json
     import re
+
+    import kvlib
+    from browser import REPO
+    from kvlib import widgets
+    from kvlib.prompt_cache import ManualClock
+
+    cells = json.loads((REPO / "notebooks" / "06_prompt_caching.ipynb").read_text())["cells"]
+    code = next("".join(c["source"]) for c in cells if "stream = widgets.PromptCacheStream" in "".join(c["source"]))
+    replay = {"kvlib": kvlib, "widgets": widgets, "ManualClock": ManualClock,
+              "model": kvlib.load_model("tiny", device="cpu")}
+    exec(code, replay)  # the notebook's stream, its first four requests sent
+    mirror, model = replay["stream"], replay["model"]
     page, errors = open_and_run(browser, lab, "06_prompt_caching.ipynb", timeout_s=400)
     check_clean(page, errors, "06")
     send, forward = "button:has-text('Send next request')", "button:has-text('Fast-forward')"
     stream = page.locator(".widget-vbox").filter(has=page.locator(send)).first  # the first stream app
+    view = stream.locator(".kv-blocks")
     stream.scroll_into_view_if_needed()
     for button in (send, forward):  # every label whole: the text fits its button
         assert stream.locator(button).evaluate("b => b.scrollWidth <= b.clientWidth"), f"06: {button} is cut short"
-    rows = stream.locator("table tr")
-    assert rows.count() == 5  # the header and the four requests the notebook sent
+    rows = view.locator("tr.kv-request")
+    assert rows.count() == 4  # the four requests the notebook sent
 
-    def sent_row(k):  # request, tenant, blocks, input, cached, written, prefill, cost, expired/evicted
-        cells = rows.nth(k).locator("td")
-        return [cells.nth(i).inner_text().strip() for i in range(cells.count())]
-
-    for k, label in ((5, "system + question 3"), (6, "first token changed")):
+    for k, label in ((4, "system + question 3"), (5, "first token changed")):
         stream.locator(send).click()
-        page.wait_for_function("([el, n]) => el.querySelectorAll('table tr').length === n",
-                               arg=[stream.element_handle(), k + 1], timeout=30_000)
+        page.wait_for_function("([el, n]) => el.querySelectorAll('tr.kv-request').length === n",
+                               arg=[view.element_handle(), k + 1], timeout=30_000)
         settle(page, errors, "06", f"Send next request ({label})")
-        name, tenant, _, n_in, cached, _, _, cost, _ = sent_row(k)
-        n_in, cached, cost = int(n_in), int(cached), float(cost.replace(",", ""))
-        assert name == label and tenant == "acme"
+        mirror.send()
+        _, tenant, res, _ = mirror.results[k]
+        r, prompt = res.receipt, mirror.requests[k][2]
+        row = rows.nth(k)
+        field = {td.get_attribute("data-field"): td.inner_text().strip() for td in row.locator("td").all()}
+        n_in, cached, written = (int(field[f].replace(",", "")) for f in ("input", "cached", "written"))
+        assert (field["label"], field["tenant"]) == (label, tenant) == (mirror.requests[k][0], "acme")
+        assert (n_in, cached, written) == (r.input_tokens, r.cached_tokens, r.written_tokens), label
         # the shared system prompt is a hit in whole blocks; a changed first token hits nothing
-        assert (cached > 0 and cached % 16 == 0) if k == 5 else cached == 0, (label, cached)
+        assert (cached > 0 and cached % 16 == 0) if k == 4 else cached == 0, (label, cached)
+        cost = float(field["cost"].replace(",", ""))
         assert abs(cost - (n_in - 0.9 * cached)) < 0.06, (label, cost)  # GPT-5's ratios: a cached token costs 0.1
         assert f"{cached} of {n_in} tokens cached" in stream.inner_text()
-    held = int(re.search(r"cache holds (\d+) blocks", stream.inner_text()).group(1))
-    assert held > 0
+        ids = model.encode(prompt)
+        spans = mirror.pc.spans(len(ids))
+        keys = mirror.pc.block_keys(ids, tenant, spans)
+        chips = row.locator(".kv-block")
+        assert chips.evaluate_all("cs => cs.map(c => c.dataset.state)") == r.blocks, label
+        assert chips.evaluate_all("cs => cs.map(c => c.dataset.hash)") == [key[:8].hex() for key in keys], label
+        for j in (0, len(spans) - 1):  # hover a chip: its tokens and the first bytes of its hash
+            (a, e), text = spans[j], tip(page, chips.nth(j))
+            assert "'" + model.decode(ids[a:e]).replace("\n", "↵") + "'" in text, (label, j, text)  # newlines shown
+            assert keys[j][:8].hex(" ") in text and f"tokens {a}–{e - 1}" in text, (label, j, text)
+    held = {key[:8].hex() for key in mirror.pc.blocks}
+    assert len(held) == int(re.search(r"cache holds (\d+) blocks", view.inner_text()).group(1)) > 0
+    assert set(rows.locator(".kv-block:has(.kv-ttl)").evaluate_all("cs => cs.map(c => c.dataset.hash)")) == held
     stream.locator(forward).click()
     page.wait_for_function("(el) => el.innerText.includes('blocks expired')", arg=stream.element_handle(),
                            timeout=30_000)
     settle(page, errors, "06", "Fast-forward")
     text = stream.inner_text()
-    assert f"{held} blocks expired" in text and "cache holds 0 blocks" in text, text[:400]
+    assert f"{len(held)} blocks expired" in text and "cache holds 0 blocks" in text, text[:400]
+    assert view.locator(".kv-ttl").count() == 0  # no block is stored any more: every one shows it went
+    assert set(rows.locator(".kv-block.kv-gone").evaluate_all("cs => cs.map(c => c.dataset.hash)")) == held
+    mirror.fast_forward()
+    gone = rows.locator(".kv-block.kv-gone").first
+    assert f"expired at {mirror.pc.clock():,.0f} s" in tip(page, gone)
     screenshots(page, "06")
 
 

@@ -1,8 +1,6 @@
 """What notebooks 3 and 4 add to kvlib: similarity, separation by dimensions, model widths, the
-next-token top-k, the most attended token, the first token's share (attention sinks), the new
-plots, and the attention explorer on a model too big to draw every head."""
-
-import html
+next-token top-k, the most attended token, the first token's share (attention sinks) and the new
+plots (the attention explorer: test_views_attention.py)."""
 
 import matplotlib
 
@@ -13,7 +11,7 @@ import torch
 from matplotlib.figure import Figure
 
 import kvlib
-from kvlib import attention, embeddings, plots, widgets
+from kvlib import attention, embeddings, plots
 
 
 def test_similarity_is_the_cosine_of_the_two_rows(tiny):
@@ -75,25 +73,6 @@ def test_new_plots_return_figures():
     assert isinstance(plots.separation_curves({"a": [0.2, 0.5, 0.9]}, 0.2, "t"), Figure)
     fig = plots.widths({"a": 256, "b": 8192}, "t")
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["a", "b"]
-    fig = plots.layer_heads(torch.softmax(torch.randn(3, 4, 4), -1), list("abcd"), layer=7)
-    assert len(fig.axes) == 3 and "layer 7" in fig.texts[0].get_text()
-    with pytest.raises(ValueError, match="one layer's weights"):
-        plots.layer_heads(torch.zeros(2, 3, 4, 4), list("abcd"), layer=0)
-
-
-def test_explorer_reads_the_last_row_aloud_and_draws_one_layer_of_a_big_model(small_llama, tiny, monkeypatch):
-    app = widgets.AttentionExplorer(tiny, "Mary had a little")
-    assert app.all_layers  # 4 x 4 heads: every layer at once
-    _, top, w = attention.most_attended(app.weights[-1], app.tokens)
-    assert f"gives most weight to <code>{html.escape(repr(top))}</code> ({w:.2f})" in app.grid.value
-    monkeypatch.setattr(widgets.AttentionExplorer, "ALL_LAYERS_UP_TO", 4)  # small_llama: 3 x 4 heads, "too many"
-    big = widgets.AttentionExplorer(small_llama, "Mary had a little")
-    assert not big.all_layers
-    before = big.thumbs.outputs[0]["data"]["image/png"]
-    big.layer.value = 2
-    assert big.thumbs.outputs[0]["data"]["image/png"] != before  # the thumbnails follow the chosen layer
-    big.head.value = 1
-    assert torch.equal(big.weights, big.trace.layers[2].weights[1])
 
 
 def test_kv_groups_find_the_shared_key_weights(small_llama, tiny):

@@ -139,12 +139,3 @@ def test_grid_filling_old_rows_and_cache_growth_info(tiny):
     assert grid.old_rows_change() < 1e-5
     grid.traces[2].layers[1].weights[0, 0, 0] += 0.5  # a changed old row is reported
     assert grid.old_rows_change() >= 0.5
-    growth = widgets.CacheGrowth(tiny, "Mary had a little", new_tokens=3)
-    per_token = memory.model_kv_bytes_per_token(tiny.config)
-    prompt = len(tiny.encode("Mary had a little"))
-    for s in range(3):
-        growth.step.value = s
-        n = prompt + s
-        assert f"holds {n} tokens" in growth.info.value
-        assert f"{n * per_token:,} bytes</b>" in growth.info.value
-        assert f"{n} tokens × {per_token:,} bytes per token" in growth.info.value

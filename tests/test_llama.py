@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, example, given, settings
 from transformers import LlamaForCausalLM
 
 import kvlib
-from kvlib import attention, embeddings, memory, models, widgets
+from kvlib import attention, embeddings, memory, models, views, widgets
 
 from test_kv_cache import cached_vs_uncached, prompts
 from test_parity import TEXT, hf_logits
@@ -182,20 +182,17 @@ def test_prompt_cache_hit_equals_a_plain_prefill(small_llama):
 
 
 def test_apps_run_on_the_llama_family(small_llama):
-    app = widgets.AttentionExplorer(small_llama, "Mary had a little lamb")
-    app.layer.value, app.head.value = 2, 3
+    app = widgets.AttentionExplorer(small_llama, "Mary had a little lamb", layer=2, head=3)
     trace = kvlib.Trace()
     small_llama.forward(small_llama.encode("Mary had a little lamb"), trace=trace)
-    assert torch.equal(app.weights, trace.layers[2].weights[3])
-    growth = widgets.CacheGrowth(small_llama, "Mary had a little", new_tokens=3)
-    growth.step.value = 2
-    assert growth.shown_bytes == len(growth.snapshots[2]) * memory.model_kv_bytes_per_token(small_llama.config)
+    assert (torch.tensor(app.grid.weights[2]) - trace.layers[2].weights).abs().max() < 6e-4
+    growth = views.CacheGrowth.of(small_llama, "Mary had a little", new_tokens=3)
+    assert growth.nbytes[2] == growth.held(2) * memory.model_kv_bytes_per_token(small_llama.config)
     grid = widgets.GridFilling(small_llama, "Mary had a little", new_tokens=3)
-    grid.step.value = 2
-    assert grid.grid.shape[0] == grid.grid.shape[1] == grid.prompt_len + 2
+    assert len(grid.grid.tokens) == grid.prompt_len + 2 and len(grid.grid.notes) == 3
     lookup = widgets.Lookup(small_llama, "Mary had")
     lookup.mode.value = "embedding rows"
-    assert "⚠" not in lookup.info.value and lookup.figure is not None
+    assert "⚠" not in lookup.info.value and len(lookup.view.values[0]) == small_llama.config.n_embd
     chat = widgets.Chat(small_llama, prompt="Mary", max_new_tokens=4)
     chat.send.click()
     chat.wait(60)

@@ -265,7 +265,8 @@ def test_stream_app_shows_each_requests_blocks(tiny):
     app.next.click()
     (_, _, r1, _), (_, _, r2, _), (_, _, r3, _) = app.results
     assert r1.receipt.cached_tokens == 0 and r2.receipt.cached_tokens > 0 and r3.receipt.cached_tokens == 0
-    assert app.view.value.count("margin-right:1px;background:#93c47d") == r2.receipt.cached_tokens // 8  # a green box per hit
+    hits = [b for b in app.view.requests[1]["blocks"] if b["state"] == "hit"]
+    assert len(hits) == r2.receipt.cached_tokens // 8  # a hit chip per block read
     app.next.click()
     assert "All requests sent" in app.status.value
     app.forward.click()
@@ -382,7 +383,7 @@ def test_stream_prices_rows_evicts_under_a_budget_and_reads_fully(tiny):
     assert sum(e[2] == "evict" for e in app.results[3][3]) == 2 and "evicted" in app.status.value
     assert pc.clock() == 40  # ten seconds between requests
     gpt5 = pricing.PRICING["openai-gpt-5"]
-    assert f"<td>{45 - 0.9 * 32:,.1f}</td>" in app.view.value  # the hit row's cost at GPT-5's ratios
+    assert app.view.requests[2]["cost"] == pytest.approx(45 - 0.9 * 32)  # the hit row's cost at GPT-5's ratios
     assert app.cost(r[2]) == pytest.approx(r[2].input_tokens - (1 - gpt5.read) * r[2].cached_tokens)
     with pytest.raises(ValueError, match="automatic"):
         widgets.PromptCacheStream(pc, requests, pricing.PRICING["anthropic-5m"])

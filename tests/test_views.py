@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import kvlib
-from kvlib import memory, tokenizers, views
+from kvlib import tokenizers, views
 from kvlib.views import base
 
 

@@ -5,10 +5,11 @@ import matplotlib
 matplotlib.use("Agg")
 
 import pytest
+import torch
 from matplotlib.figure import Figure
 
 import kvlib
-from kvlib import embeddings, plots, tokenizers, widgets
+from kvlib import embeddings, plots, tokenizers, views, widgets
 
 
 def test_chat_streams_the_same_tokens_as_generate(tiny):
@@ -48,21 +49,23 @@ def test_chat_shows_bad_input_in_place_and_keeps_working(tiny, prompt, max_token
 def test_tokens_view_uses_each_tokenizers_ids(tiny):
     app = widgets.Tokens(tiny)
     app.text.value = "Check out ngrok.ai"
-    for tok in tokenizers.available(tiny):
-        assert app.counts[tok.name] == tok.encode("Check out ngrok.ai")
-        for i in tok.encode("Check out ngrok.ai"):
-            assert f">{i}</span>" in app.view.value
+    for tok, strip in zip(tokenizers.available(tiny), app.strips):
+        assert app.counts[tok.name] == [t["id"] for t in strip.tokens] == tok.encode("Check out ngrok.ai")
+        assert strip.title.startswith(f"{tok.name}: {len(tok.encode('Check out ngrok.ai'))} tokens for 18 characters")
     assert app.counts["GPT-4o / GPT-5 (o200k_base)"] == [4383, 842, 1657, 17690, 75584]
+    own, *others = app.strips  # the model's strip links to the model's other views; the rest link to none of them
+    assert own.link == views.link_for([tiny.decode([i]) for i in tiny.encode("Check out ngrok.ai")])
+    assert len({s.link for s in app.strips}) == len(app.strips)
 
 
 def test_tokens_view_errors_in_place(tiny):
     app = widgets.Tokens(tiny)
     app.text.value = ""
-    assert "empty" in app.view.value
+    assert "empty" in app.message.value
     app.text.value = "x " * 600
-    assert "longer than tiny's context" in app.view.value
+    assert "longer than tiny's context" in app.message.value
     app.text.value = "will Will"
-    assert "⚠" not in app.view.value
+    assert "⚠" not in app.message.value and app.strips[0].tokens[0]["text"] == "will"
 
 
 def test_divergence_finds_the_first_different_token(tiny):
@@ -75,27 +78,27 @@ def test_divergence_finds_the_first_different_token(tiny):
 
 def test_lookup_rows_are_the_table_rows(tiny):
     app = widgets.Lookup(tiny, "Mary had a little lamb")
-    app.mode.value = "embedding rows"
     ids = tiny.encode("Mary had a little lamb")
-    assert isinstance(app.figure, Figure)
-    shown = app.figure.axes[0].images[0].get_array()
-    assert shown.shape == (len(ids), tiny.config.n_embd)
-    assert abs(shown[2, 5] - embeddings.table(tiny)[ids[2], 5].item()) < 1e-6
-    [picture] = app.out.outputs  # the widget itself carries its one picture, replaced, never appended
-    assert picture["data"]["image/png"].startswith("iVBOR")  # base64 of a PNG's signature
+    assert [t["id"] for t in app.view.tokens] == ids  # token ids first: the chips
+    app.mode.value = "embedding rows"
+    table = embeddings.table(tiny)
+    assert len(app.view.values) == len(ids) and len(app.view.values[0]) == tiny.config.n_embd
+    assert app.view.values[2][5] == round(table[ids[2], 5].item(), 2)
+    assert app.view.rows == [tiny.decode([i]) for i in ids] and app.children[-1] is app.view
     app.text.value = ""
-    assert "empty" in app.info.value and app.out.outputs == ()
+    assert "empty" in app.info.value and app.view is None and len(app.children) == 2
     app.text.value = "lamb"
-    assert app.figure is not None and len(app.out.outputs) == 1
-    assert app.out.outputs[0]["data"]["image/png"] != picture["data"]["image/png"]
+    assert app.view.rows == [tiny.decode([i]) for i in tiny.encode("lamb")] and "⚠" not in app.info.value
 
 
 @pytest.mark.parametrize("dims", [1, 2, 3])
-def test_embedding_space_projects_to_the_requested_dimension(tiny, dims):
-    app = widgets.EmbeddingSpace(tiny, dims=1)
-    app.dims.value = dims
-    assert app.coords.shape[1] == dims
-    assert (app.figure.axes[0].name == "3d") == (dims == 3)
+def test_embedding_space_shows_the_map_from_the_requested_dimension(tiny, dims):
+    app = widgets.EmbeddingSpace(tiny, dims=dims)
+    assert app.view.dims == dims and app.view in app.children  # the browser switches 1D / 2D / 3D itself
+    coords, words, labels = embeddings.project(tiny, embeddings.families(tiny), dims)
+    assert app.view.scores[dims - 1] == embeddings.separation(coords, labels)
+    shown = torch.tensor(app.view.coords)[:, :dims]
+    assert (shown - coords).abs().max() < 6e-5  # the first components are the d-D projection, rounded
     app.word.value = ""
     assert "type a word" in app.neighbour_view.value
     app.word.value = "queen"
@@ -111,7 +114,6 @@ def test_families_come_from_the_models_vocabulary(tiny):
 
 
 def test_pca_and_separation():
-    import torch
     x = torch.cat([torch.randn(10, 5) + 10, torch.randn(10, 5) - 10])
     coords = embeddings.pca(x, 2)
     assert coords.shape == (20, 2)

@@ -3,8 +3,14 @@
 The rule: interaction in the browser (these views), curves and static figures in matplotlib
 (kvlib.plots). Each view is a .js module here and a class whose `of(...)` builds it from a run."""
 
+from .attention import AttentionGrid
 from .base import View, link_for
+from .blocks import PromptBlocks
+from .cache import CacheGrowth
+from .embedding import EmbeddingMap
 from .matrix import Matrix
+from .step import DecodeStep
 from .tokens import Tokens
 
-__all__ = ["Matrix", "Tokens", "View", "link_for"]
+__all__ = ["AttentionGrid", "CacheGrowth", "DecodeStep", "EmbeddingMap", "Matrix", "PromptBlocks", "Tokens", "View",
+           "link_for"]

@@ -104,7 +104,7 @@ const KV = (() => {
 
   // a labelled matrix: rows named by tokens, columns by dimension; wide ones folded, every value on hover.
   // opts: {values: [[...]], rows: [labels], pos: [positions] (for linking), title, digits, newRow, link, tip,
-  //        cls (extra class for the table), colName}
+  //        cls (extra class for the table), colName, colLabels (tokens naming the columns, e.g. a row of scores)}
   function matrix(opts) {
     const { values, rows, title, digits = 2, newRow = -1, link, tip, colName = "dim" } = opts;
     const pos = opts.pos || rows.map((_, i) => i);
@@ -113,7 +113,9 @@ const KV = (() => {
     const max = Math.max(1e-9, ...values.flat().map(Math.abs));
     const head = h("tr", {}, h("th", { class: "kv-corner" }, ""),
       f.cols.flatMap((j, k) => [k === f.gap ? h("th", { class: "kv-gap" }, "…") : null,
-                                h("th", { class: "kv-colhead" }, String(j))]));
+                                opts.colLabels
+                                  ? h("th", { class: "kv-colhead kv-coltok", dataset: { col: j } }, label(opts.colLabels[j]))
+                                  : h("th", { class: "kv-colhead" }, String(j))]));
     const body = values.map((row, i) => {
       const tr = h("tr", { class: "kv-row" + (i === newRow ? " kv-new" : ""), dataset: { row: i, pos: pos[i] } },
         hoverable(h("th", { class: "kv-rowhead", dataset: { pos: pos[i] } }, (i === newRow ? "▶ " : "") + label(rows[i])),
@@ -127,12 +129,13 @@ const KV = (() => {
         }
         const v = row[j];
         tr.append(hoverable(h("td", { class: "kv-cell", dataset: { j }, style: { background: heat(v, max), color: ink(v, max) } },
-          opts.numbers === false ? "" : num(v, digits)), tip, () => `${quoted(rows[i])}, ${colName} ${j}: ${num(v, 4)}`, link, pos[i]));
+          opts.numbers === false ? "" : num(v, digits)), tip, () => `${quoted(rows[i])}, ${opts.colLabels ? quoted(opts.colLabels[j]) : `${colName} ${j}`}: ${num(v, 4)}`,
+          link, pos[i]));
       });
       return tr;
     });
     return h("div", { class: "kv-matrix" },
-      title ? h("div", { class: "kv-title" }, title, h("span", { class: "kv-caption" }, `  ${rows.length} × ${n}, ${f.caption}`)) : null,
+      title ? h("div", { class: "kv-title" }, title, h("span", { class: "kv-caption" }, `  ${rows.length} × ${n}, ${f.caption.replace(/^dims/, colName + "s")}`)) : null,
       h("table", { class: "kv-table " + (opts.cls || "") }, h("thead", {}, head), h("tbody", {}, body)));
   }
 

@@ -1,0 +1,74 @@
+"""View 6, prompt-cache blocks: each request's blocks as chips, hit, written or computed (a colour and a glyph).
+
+Hover a chip for its tokens and the first 8 bytes of its chained hash; the same block lights up in
+every request that used it. On the cache's simulated clock, a bar under each stored block shows how
+much of its time to live is left; a block gone since (expired or evicted) is faded and struck through,
+with the reason on hover. The cache's events name no blocks (only their depth), so `refresh` finds
+the blocks gone by their keys' absence and takes the reason from the events since its last call: call
+it after each step that drops blocks of one kind (PromptCacheStream expires before it sends)."""
+
+import traitlets as T
+
+from .base import View, module
+
+GONE = {"expire": "expired", "evict": "evicted"}
+
+
+class PromptBlocks(View):
+    _esm = module("blocks.js")
+    title = T.Unicode("").tag(sync=True)     # the cache's mode, TTL, block size and what it holds
+    note = T.Unicode("").tag(sync=True)      # what the cost column counts
+    clock = T.Float(0).tag(sync=True)        # the cache's clock, seconds
+    ttl = T.Float(0).tag(sync=True)
+    requests = T.List().tag(sync=True)       # per request: {label, tenant, at, input, cached, written, ms, cost,
+                                             #   gone, tail, blocks: [{state, start, end, text, hash}]}
+    stored = T.Dict().tag(sync=True)         # block hash -> {"expires": t} while stored, {"gone", "at"} after
+
+    def __init__(self, pc, note="", **kwargs):
+        super().__init__(note=note, ttl=pc.ttl, **kwargs)
+        self.pc, self.known, self.seen = pc, {}, len(pc.events)  # known: hash shown -> (key, depth)
+        self.refresh()
+
+    def add(self, label, tenant, prompt, result, cost, cache_control=None, gone=0):
+        """One request just sent through the cache (its PromptCache.prefill Result), and what it cost."""
+        pc, r = self.pc, result.receipt
+        ids = pc.model.check_ids(prompt).tolist()
+        spans = pc.spans(len(ids), cache_control)
+        keys = pc.block_keys(ids, tenant, spans)
+        blocks = [{"state": state, "start": a, "end": e, "text": pc.model.decode(ids[a:e]), "hash": key[:8].hex()}
+                  for state, (a, e), key in zip(r.blocks, spans, keys, strict=True)]
+        self.known.update({key[:8].hex(): (key, depth) for depth, key in enumerate(keys)})
+        self.requests = self.requests + [{
+            "label": label, "tenant": tenant, "at": pc.clock(), "input": r.input_tokens, "cached": r.cached_tokens,
+            "written": r.written_tokens, "ms": round(result.seconds * 1e3, 1), "cost": cost,
+            "gone": gone, "tail": len(ids) - (spans[-1][1] if spans else 0), "blocks": blocks}]
+        self.refresh()
+        return self.check_size()
+
+    def refresh(self):
+        """Read the cache now: which blocks shown are stored (until when) and which have gone (why, when)."""
+        pc, stored = self.pc, dict(self.stored)
+        went = {depth: (t, why) for t, _, why, depth in pc.events[self.seen:] if why in GONE}
+        self.seen = len(pc.events)
+        for h, (key, depth) in self.known.items():
+            if key in pc.blocks:
+                stored[h] = {"expires": pc.blocks[key].last_used + pc.ttl}
+            elif "expires" in stored.get(h, {}):  # stored at the last refresh, gone since
+                t, why = went.get(depth, (pc.clock(), None))
+                stored[h] = {"gone": GONE.get(why, "dropped"), "at": t}
+        held = sum(b.nbytes for b in pc.blocks.values())  # what it holds, without expiring anything
+        budget = f" of {pc.max_bytes:,}" if pc.max_bytes is not None else ""
+        size = f"blocks of {pc.block_size} tokens" if pc.mode == "automatic" else "one block per marked prefix"
+        with self.hold_sync():  # one message to the browser
+            self.stored, self.clock = stored, pc.clock()
+            self.title = (f"{pc.mode} caching · TTL {pc.ttl} s · {size} · "
+                          f"cache holds {len(pc.blocks)} blocks, {held:,}{budget} bytes")
+
+    def summary(self):
+        marks = {"hit": "H", "written": "W", "computed": "c"}
+        lines = [self.title, f"clock {self.clock:.0f} s · blocks: H hit, W written, c computed"]
+        for q in self.requests:
+            chips = "".join(marks[b["state"]] for b in q["blocks"])
+            lines.append(f"{q['label']:<28} {q['tenant']:<8} {chips:<12} input {q['input']:>5}  "
+                         f"cached {q['cached']:>5}  written {q['written']:>5}  cost {q['cost']:,.1f}")
+        return "\n".join(lines)

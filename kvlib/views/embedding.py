@@ -1,0 +1,41 @@
+"""View 5, an embedding map: families of tokens as points in 1, 2 or 3 dimensions (PCA).
+
+Each family has its own colour and marker shape, with a legend; a word shows on hover instead of
+being printed over its neighbours. The 1D / 2D / 3D switch, turning the 3D picture (drag it, or the
+arrow keys) and the hover all happen in the browser: PCA's components are nested (the first d columns
+of the 3-D projection are the d-D projection), so one set of coordinates serves all three pictures."""
+
+import traitlets as T
+
+from .. import embeddings
+from .base import View, link_for, module, rounded
+
+
+class EmbeddingMap(View):
+    _esm = module("embedding.js")
+    title = T.Unicode("").tag(sync=True)
+    words = T.List().tag(sync=True)   # each point's token, as the model spells it (' king')
+    ids = T.List().tag(sync=True)     # its token id
+    labels = T.List().tag(sync=True)  # its family
+    coords = T.List().tag(sync=True)  # [points][3]: the first three principal components, rounded
+    scores = T.List().tag(sync=True)  # separation (embeddings.separation) in 1D, 2D and 3D
+    dims = T.Int(2).tag(sync=True)    # the picture shown first; the browser switches without the kernel
+
+    @classmethod
+    def of(cls, model, families=None, dims=2, digits=4):
+        """families: {family: [(word, id)]} (by default embeddings.families(model))."""
+        fams = families or embeddings.families(model)
+        coords, _, labels = embeddings.project(model, fams, 3)
+        ids = [i for f in fams.values() for _, i in f]
+        words = [model.decode([i]) for i in ids]
+        return cls(title=f"{len(ids)} token embeddings of {model.name} ({model.config.n_embd} dims) projected by PCA",
+                   words=words, ids=ids, labels=labels, coords=rounded(coords, digits), dims=dims,
+                   scores=[embeddings.separation(coords[:, :d], labels) for d in (1, 2, 3)],
+                   link=link_for(words)).check_size()
+
+    def summary(self):
+        lines = [self.title, "words nearest their own family's centre: "
+                 + ", ".join(f"{d}D {s:.0%}" for d, s in enumerate(self.scores, 1))]
+        for family in dict.fromkeys(self.labels):
+            lines.append(f"{family}: " + " ".join(repr(w) for w, f in zip(self.words, self.labels) if f == family))
+        return "\n".join(lines)
