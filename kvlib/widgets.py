@@ -15,28 +15,28 @@ from . import embeddings, plots, pricing, tokenizers
 from .generate import check_sampling, generate
 from .memory import forward_macs
 from .trace import Trace
-from .views import AttentionGrid, EmbeddingMap, Matrix, PromptBlocks, link_for
+from .views import AttentionGrid, EmbeddingMap, Matrix, PromptBlocks, View, link_for
+from .views.base import with_fallback
 from .views import Tokens as TokenStrip  # widgets.Tokens is the app around the strips
-
-CHUNK_COLOURS = ["#cfe2f3", "#fce5cd", "#d9ead3", "#ead1dc", "#fff2cc", "#d0e0e3", "#f4cccc", "#d9d2e9"]
-
 
 def _error(message):
     return f"<div style='color:#b00020;padding:4px 0'>⚠ {html.escape(str(message), quote=False)}</div>"
 
 
-def chunk_cells(chunks, start=0, style=""):
-    """Coloured chunks with their ids beneath; hovering a chunk gives its id and bytes."""
-    cells = []
-    for k, c in enumerate(chunks, start):
-        text = html.escape(c.text).replace("\n", "↵")
-        tip = html.escape(f"id {c.id} · {len(c.bytes)} bytes {c.bytes!r}")
-        cells.append(
-            f"<span title='{tip}' style='display:inline-block;margin:1px;text-align:center'>"
-            f"<span style='background:{CHUNK_COLOURS[k % len(CHUNK_COLOURS)]};white-space:pre;padding:1px 2px;"
-            f"border-radius:3px;font-family:monospace;{style}'>{text}</span><br>"
-            f"<span style='font-size:9px;color:#666'>{c.id}</span></span>")
-    return "".join(cells)
+def _inside(widget):  # the widget and every widget it holds, depth first
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from _inside(child)
+
+
+class App(W.VBox):
+    """An app holding views: where widgets cannot be drawn (nbconvert's HTML, a repository viewer) it
+    reads as its views' text summaries, not as `VBox(...)`."""
+
+    def _repr_mimebundle_(self, **kwargs):
+        data = super()._repr_mimebundle_(**kwargs)
+        views = [w for w in _inside(self) if isinstance(w, View)]
+        return with_fallback(data, "\n\n".join(v.summary() for v in views)) if views else data
 
 
 class Chat(W.VBox):
@@ -107,7 +107,7 @@ class Chat(W.VBox):
             self.send.disabled, self.stop.disabled = False, True
 
 
-class Tokens(W.VBox):
+class Tokens(App):
     """Type text; see it cut into chunks by each tokenizer: a strip of chips per tokenizer (id beneath,
     bytes on hover), drawn in the browser."""
 
@@ -139,36 +139,38 @@ class Tokens(W.VBox):
                               if n > self.model.config.n_ctx else "")
 
 
-class Divergence(W.VBox):
+class Divergence(App):
     """Two prompts, token by token: where they first differ is where a prompt cache stops hitting."""
 
     def __init__(self, model, a="To be, or not to be, that is the question", b="To be, or not to be: that is the question"):
         self.tokenizer = tokenizers.for_model(model)
         self.a, self.b = (W.Text(value=v, description=d, layout=W.Layout(width="95%"), continuous_update=False)
                           for v, d in ((a, "Prompt A"), (b, "Prompt B")))
-        self.view, self.index = W.HTML(), None
+        self.note, self.strips, self.index = W.HTML(), [TokenStrip(), TokenStrip()], None
         for box in (self.a, self.b):
             box.observe(lambda _: self.update(), names="value")
-        super().__init__([self.a, self.b, self.view])
+        super().__init__([self.a, self.b, self.note, *self.strips])
         self.update()
 
     def update(self):
         try:
-            ca, cb = tokenizers.chunks(self.tokenizer, self.a.value), tokenizers.chunks(self.tokenizer, self.b.value)
+            data = [TokenStrip.data(self.tokenizer, box.value, title=name)
+                    for box, name in ((self.a, "Prompt A"), (self.b, "Prompt B"))]
         except ValueError as e:
-            self.view.value = _error(e)
+            self.note.value = _error(e)
             return
-        self.index = tokenizers.first_divergence([c.id for c in ca], [c.id for c in cb])
-        shared = min(len(ca), len(cb)) if self.index is None else self.index
-        note = (f"the first {shared} tokens are shared; they differ from token {self.index} on"
-                if self.index is not None else f"one is a prefix of the other: {shared} tokens shared")
-        rows = "".join(f"<div style='line-height:1.1;margin-top:4px'>{chunk_cells(cs[:shared])}"
-                       f"<span style='border-left:3px solid #cc0000;margin:0 4px'></span>"
-                       f"{chunk_cells(cs[shared:], shared, 'outline:2px solid #cc0000')}</div>" for cs in (ca, cb))
-        self.view.value = f"<div>{note}</div>{rows}"
+        ids = [[t["id"] for t in d["tokens"]] for d in data]
+        self.index = tokenizers.first_divergence(*ids)
+        shared = min(map(len, ids)) if self.index is None else self.index
+        self.note.value = (f"the first {shared} tokens are shared; they differ from token {self.index} on "
+                           f"(a red bar, then dashed outlines)" if self.index is not None
+                           else f"one is a prefix of the other: {shared} tokens shared")
+        for strip, d in zip(self.strips, data):
+            with strip.hold_sync():
+                strip.title, strip.link, strip.tokens, strip.mark = d["title"], d["link"], d["tokens"], shared
 
 
-class Lookup(W.VBox):
+class Lookup(App):
     """Token ids ⇄ their embedding rows: the lookup is just picking rows of a table."""
 
     def __init__(self, model, text="Mary had a little lamb"):
@@ -204,7 +206,7 @@ class Lookup(W.VBox):
         self.children = [*self.children[:2], self.view]
 
 
-class EmbeddingSpace(W.VBox):
+class EmbeddingSpace(App):
     """Families of tokens projected to 1, 2 or 3 dimensions (switched and turned in the browser, with the
     separation score beside them), and a word's nearest neighbours (looked up in the kernel)."""
 
@@ -227,7 +229,7 @@ class EmbeddingSpace(W.VBox):
             self.neighbour_view.value = _error(e)
 
 
-class AttentionExplorer(W.VBox):
+class AttentionExplorer(App):
     """Type a text and the model reads it in the kernel; pick a layer and a head (or their average), see
     every head of the layer as a thumbnail, hover the grid for each weight: all in the browser."""
 
@@ -253,7 +255,7 @@ def _largest_change(before, after):  # Traces of n and n+1 tokens -> the largest
     return max((a.weights[:, :-1, :-1] - b.weights).abs().max().item() for b, a in zip(before.layers, after.layers))
 
 
-class GridFilling(W.VBox):
+class GridFilling(App):
     """Decoding without a cache: each step runs the model over the whole text again, one token longer, so
     it recomputes the whole attention grid, one row bigger.
 
@@ -287,7 +289,7 @@ class GridFilling(W.VBox):
         return max(_largest_change(b, a) for b, a in zip(self.traces, self.traces[1:]))
 
 
-class PromptCacheStream(W.VBox):
+class PromptCacheStream(App):
     """Send a stream of requests through a PromptCache and watch its blocks hit, get written, expire and
     be evicted, with each request's receipt and its cost at the prices of the provider whose mode it copies."""
 

@@ -72,8 +72,10 @@ def test_divergence_finds_the_first_different_token(tiny):
     app = widgets.Divergence(tiny, "To be, or not to be", "To be, or not to see")
     a, b = tiny.encode("To be, or not to be"), tiny.encode("To be, or not to see")
     assert app.index == tokenizers.first_divergence(a, b) == next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    assert [s.mark for s in app.strips] == [app.index] * 2
+    assert [t["id"] for t in app.strips[1].tokens] == b and app.strips[0].link != app.strips[1].link
     app.b.value = ""
-    assert "empty" in app.view.value
+    assert "empty" in app.note.value
 
 
 def test_lookup_rows_are_the_table_rows(tiny):

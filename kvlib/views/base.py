@@ -62,7 +62,10 @@ class View(anywidget.AnyWidget):
 
     def _repr_mimebundle_(self, **kwargs):
         data, metadata = super()._repr_mimebundle_(**kwargs)
-        text = self.summary()
-        data["text/plain"] = text
-        data["text/html"] = f"<pre>{html.escape(text)}</pre>"
-        return data, metadata
+        return with_fallback(data, self.summary()), metadata
+
+
+def with_fallback(data, text):  # a display bundle that reads as `text` where the widget cannot be drawn
+    data["text/plain"] = text
+    data["text/html"] = f"<pre>{html.escape(text)}</pre>"
+    return data

@@ -1,23 +1,26 @@
-// View 1: tokens as chips (colour per token, with its id beneath: the id is the second cue)
+// View 1: tokens as chips (colour per token, with its id beneath: the id is the second cue).
+// DOM hooks: chips are .kv-chip[data-pos][data-id]; where two prompts part, a .kv-divider, then .kv-differs chips.
 
 function render({ model, el }) {
   const { tip, body, cleanup } = KV.frame(model, el, "tokens");
   const draw = () => {
     const link = model.get("link");
+    const mark = model.get("mark");
     const chips = model.get("tokens").map((t, k) => KV.hoverable(
-      KV.h("span", { class: "kv-chip", dataset: { pos: t.pos, id: t.id } },
+      KV.h("span", { class: "kv-chip" + (mark >= 0 && k >= mark ? " kv-differs" : ""), dataset: { pos: t.pos, id: t.id } },
         KV.h("span", { class: "kv-text", style: { background: KV.TINTS[k % KV.TINTS.length] } }, KV.label(t.text)),
         KV.h("span", { class: "kv-id" }, String(t.id))),
       tip, () => [`${KV.quoted(t.text)} · position ${t.pos}`, `id ${t.id} · ${t.bytes.split(" ").length} bytes: ${t.bytes}`],
       link, t.pos));
+    if (mark >= 0 && mark < chips.length) chips.splice(mark, 0, KV.h("span", { class: "kv-divider", title: "the prompts part here" }));
     body.replaceChildren(
       model.get("title") ? KV.h("div", { class: "kv-title" }, model.get("title")) : "",
       KV.h("div", { class: "kv-strip" }, chips));
   };
   draw();
-  model.on("change:tokens", draw);
-  model.on("change:title", draw);
-  return () => { cleanup(); model.off("change:tokens", draw); model.off("change:title", draw); };
+  const names = "change:tokens change:title change:mark";
+  model.on(names, draw);
+  return () => { cleanup(); model.off(names, draw); };
 }
 
 export default { render };

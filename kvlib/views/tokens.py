@@ -12,6 +12,7 @@ class Tokens(View):
     _esm = module("tokens.js")
     title = T.Unicode("").tag(sync=True)
     tokens = T.List().tag(sync=True)  # [{"text", "id", "bytes" (hex pairs), "pos"}]
+    mark = T.Int(-1).tag(sync=True)   # where two prompts part: a bar before this token, the rest outlined
 
     @classmethod
     def of(cls, tokenizer, text, title=None, link=None):
@@ -30,4 +31,7 @@ class Tokens(View):
             {"text": c.text, "id": c.id, "bytes": c.bytes.hex(" "), "pos": k} for k, c in enumerate(chunks)])
 
     def summary(self):
-        return self.title + "\n" + " | ".join(f"{t['text']!r} {t['id']}" for t in self.tokens)
+        chips = [f"{t['text']!r} {t['id']}" for t in self.tokens]
+        if 0 <= self.mark < len(chips):
+            chips.insert(self.mark, "‖ differs from here:")
+        return self.title + "\n" + " | ".join(chips)
