@@ -25,6 +25,7 @@ def _show_figures_inline():
 _show_figures_inline()
 
 FAMILY_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X"]  # a second cue beside colour
 PROMPT, GENERATED, NEW = "#cfe2f3", "#fce5cd", "#f6b26b"
 
 
@@ -112,36 +113,22 @@ def heatmap(matrix, title, xlabel="", ylabel="", row_labels=None, col_labels=Non
 
 
 def projection(coords, words, labels, title):
-    """Words as points in 1, 2 or 3 dimensions, one colour per family."""
+    """Words as points in 2 dimensions, a colour and a marker shape per family (colour is never the only
+    cue). A static figure: the map to hover and turn in 3D is views.EmbeddingMap."""
     coords = np.asarray(coords, dtype=float)
-    dims = coords.shape[1]
-    if dims not in (1, 2, 3):
-        raise ValueError(f"projection draws 1, 2 or 3 dimensions, got {dims}: project first (embeddings.pca)")
+    if coords.ndim != 2 or coords.shape[1] != 2:
+        raise ValueError(f"projection draws 2 dimensions, got shape {coords.shape}: project first "
+                         "(embeddings.pca(x, 2))")
     _check_labels(len(coords), words, "point")
-    families = list(dict.fromkeys(labels))
-    fig = Figure(figsize=(9, 2.6 if dims == 1 else 6.5))
-    ax = fig.add_subplot(projection="3d" if dims == 3 else None)
-    for k, family in enumerate(families):
+    fig = Figure(figsize=(9, 6.5))
+    ax = fig.add_subplot()
+    for k, family in enumerate(dict.fromkeys(labels)):
         idx = [i for i, f in enumerate(labels) if f == family]
-        pts = coords[idx]
         colour = FAMILY_COLOURS[k % len(FAMILY_COLOURS)]
-        xyz = [pts[:, 0], np.zeros(len(pts)) if dims == 1 else pts[:, 1]] + ([pts[:, 2]] if dims == 3 else [])
-        ax.scatter(*xyz, color=colour, label=family, s=40, alpha=0.8)
-        for n, i in enumerate(idx):
-            if dims == 1:
-                ax.annotate(words[i], (coords[i, 0], 0), xytext=(0, 8 + 9 * (n % 4)), textcoords="offset points",
-                            fontsize=7, color=colour, rotation=60)
-            elif dims == 2:
-                ax.annotate(words[i], coords[i], xytext=(3, 3), textcoords="offset points", fontsize=8, color=colour)
-            else:
-                ax.text(*coords[i], words[i], fontsize=7, color=colour)
-    if dims == 1:
-        ax.set_yticks([]), ax.set_ylim(-0.5, 2), ax.spines[["left", "right", "top"]].set_visible(False)
-    ax.set_xlabel("component 1")
-    if dims >= 2:
-        ax.set_ylabel("component 2")
-    if dims == 3:
-        ax.set_zlabel("component 3")
+        ax.scatter(*coords[idx].T, color=colour, marker=MARKERS[k % len(MARKERS)], label=family, s=40, alpha=0.8)
+        for i in idx:
+            ax.annotate(words[i], coords[i], xytext=(3, 3), textcoords="offset points", fontsize=8, color=colour)
+    ax.set_xlabel("component 1"), ax.set_ylabel("component 2")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # beside the plot, never over a word
     ax.set_title(title, fontsize=10)
     fig.tight_layout()

@@ -243,12 +243,15 @@ class AttentionExplorer(App):
 
     def run(self):  # a new view per text, starting at the layer and head given
         try:
-            self.grid = AttentionGrid.of(self.model, self.text.value, layer=self.layer, head=self.head)
+            grid = AttentionGrid.of(self.model, self.text.value, layer=self.layer, head=self.head)
         except ValueError as e:  # KVLibError too: an empty text, or one too long for the context or the view
             self.message.value = _error(e)
             return
+        old, self.grid = self.grid, grid
         self.message.value = ""
         self.children = [self.text, self.message, self.grid]
+        if old is not None:
+            old.close()  # its comm and its weights, kept in the kernel for layers not yet sent
 
 
 def _largest_change(before, after):  # Traces of n and n+1 tokens -> the largest change of an old weight, any layer and head

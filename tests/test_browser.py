@@ -212,6 +212,15 @@ def test_04_attention(browser, lab):
     assert view.locator(".kv-linked").count() == lit and view.locator("tr.kv-att-row.kv-linked").count() == 1
     assert grids.nth(0).locator(".kv-linked").count() == lit  # and in the other view of the same run
     page.screenshot(path=str(shots_dir() / "04-explorer-linked.png"))
+    tiny = kvlib.load_model("tiny", device="cpu")  # the notebook's own model: Q, K and out as labelled matrices
+    steps = attention.explain(tiny, mary, layer=0, head=0)
+    q = page.locator(".kv-view.kv-matrix").first
+    assert q.locator("th.kv-rowhead").all_inner_texts() == [t.replace("\n", "↵") for t in steps.tokens]
+    text = tip(page, q.locator("tr.kv-row[data-row='3'] td.kv-cell[data-j='5']"))
+    assert text.startswith(f"{steps.tokens[3]!r}, dim 5: ") and abs(js_num(text.rsplit(": ", 1)[1]) - steps.Q[3, 5].item()) < 1e-4
+    folded = tip(page, q.locator("tr.kv-row[data-row='3'] td.kv-gap")).splitlines()[1].split()  # dims 6 .. hs-3
+    assert max(abs(js_num(a) - b) for a, b in zip(folded, steps.Q[3, 6:-2].tolist())) <= 0.0051
+    assert len(folded) == steps.Q.shape[1] - 8
     settle(page, errors, "04", "switching layers and heads, hovering")
     screenshots(page, "04")
 

@@ -134,7 +134,7 @@ def test_macs_by_part_plot():
         plots.macs_by_part(cached, {"logits": 1}, "x")
 
 
-def test_grid_filling_old_rows_and_cache_growth_info(tiny):
+def test_grid_filling_reports_a_changed_old_row(tiny):
     grid = widgets.GridFilling(tiny, "Mary had a little", new_tokens=4)
     assert grid.old_rows_change() < 1e-5
     grid.traces[2].layers[1].weights[0, 0, 0] += 0.5  # a changed old row is reported

@@ -30,9 +30,9 @@ def test_embedding_map_sends_the_tokens_their_projection_and_scores(model):
     assert "' king'" in view.summary() and f"1D {view.scores[0]:.0%}" in view.summary()
 
 
-def test_embedding_map_differs_between_models(tiny, smollm2):
-    a, b = EmbeddingMap.of(tiny), EmbeddingMap.of(smollm2)
-    assert a.coords != b.coords and a.ids != b.ids  # a test that could fail: the two tables differ
+def test_embedding_map_refuses_a_fourth_dimension(tiny):
+    with pytest.raises(kvlib.KVLibError, match="1, 2 or 3"):
+        EmbeddingMap.of(tiny, dims=4)
 
 
 SYSTEM = "You are Puck, a helpful sprite. Answer in verse, briefly, as Shakespeare would. " * 3

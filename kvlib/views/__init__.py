@@ -1,7 +1,8 @@
 """Views drawn in the browser (anywidget): plain data from a live run in, hover and animation out.
 
 The rule: interaction in the browser (these views), curves and static figures in matplotlib
-(kvlib.plots). Each view is a .js module here and a class whose `of(...)` builds it from a run."""
+(kvlib.plots). Each view is a .js module here and a class built from a run (`of(...)`, or by the
+app that feeds it, as PromptCacheStream feeds PromptBlocks)."""
 
 from .attention import AttentionGrid
 from .base import View, link_for

@@ -11,7 +11,7 @@
 const DENSE = 14;  // more tokens than this: small cells, numbers only on hover
 
 function render({ model, el }) {
-  const { root, tip, body, cleanup } = KV.frame(model, el, "att");
+  const { root, tip, body, redrawn, cleanup } = KV.frame(model, el, "att");
   let step = model.get("step"), layer = model.get("layer"), head = model.get("head"), shown = step, timer = null;
   const last = () => model.get("tokens").length - model.get("prompt_len");  // the last step
   const headName = (h) => (h === "mean" ? "average of heads" : `head ${h}`);
@@ -23,7 +23,7 @@ function render({ model, el }) {
   const slider = KV.h("input", { type: "range", class: "kv-att-slider", min: 0, step: 1,
                                  oninput: (e) => { stop(); go(+e.target.value); } });
   const stepText = KV.h("span", { class: "kv-att-steptext" });
-  const layerSel = KV.h("select", { class: "kv-att-layer", onchange: (e) => { layer = +e.target.value; draw(); } },
+  const layerSel = KV.h("select", { class: "kv-att-layer", onchange: (e) => { layer = +e.target.value; draw(true); } },
     model.get("weights").map((_, l) => KV.h("option", { value: l }, `layer ${l}`)));
   const nHead = () => model.get("weights").find((w) => w)?.length ?? 0;
   const headSel = KV.h("select", { class: "kv-att-head", onchange: (e) => pickHead(e.target.value) },
@@ -83,7 +83,7 @@ function render({ model, el }) {
       KV.h("thead", {}, colRow), KV.h("tbody", {}, rows));
   }
 
-  function draw() {
+  function draw(ask = false) {  // ask: the learner picked this layer, so fetch it if the kernel kept it back
     const tokens = model.get("tokens"), link = model.get("link"), heads = model.get("weights")[layer];
     const n = model.get("prompt_len") + step;
     Object.assign(root.dataset, { step, layer, head });
@@ -96,15 +96,17 @@ function render({ model, el }) {
     headSel.value = head;
     const notes = model.get("notes");
     note.textContent = notes[step] || "";
-    if (!heads) {  // a layer the kernel did not send: ask for it (change:weights draws it)
-      if (model.get("layer") !== layer) { model.set("layer", layer); model.save_changes(); }
-      grid.replaceChildren(KV.h("div", { class: "kv-note" }, `loading layer ${layer}…`));
+    if (!heads) {  // a layer the kernel did not send: ask for it once (change:weights draws it)
+      if (ask) { model.set("layer", layer); model.save_changes(); }
+      grid.replaceChildren(KV.h("div", { class: "kv-note" }, ask || model.get("layer") === layer
+        ? `loading layer ${layer}…` : `layer ${layer} was set aside to stay small: pick it again to load it`));
       thumbs.replaceChildren();
       aloud.textContent = "";
       return;
     }
     const mean = meanOf(heads), w = head === "mean" ? mean : heads[head];
     grid.replaceChildren(table(w, n, tokens, link));
+    redrawn();
     if (step === shown + 1) grid.querySelector(".kv-new")?.classList.add("kv-slide");
     shown = step;
     thumbs.replaceChildren(...heads.map((hw, h) => thumb(hw, n, h)), thumb(mean, n, "mean"));
@@ -114,8 +116,9 @@ function render({ model, el }) {
   }
 
   draw();
-  model.on("change:weights", draw);
-  return () => { stop(); cleanup(); model.off("change:weights", draw); };
+  const redraw = () => draw();  // Backbone passes the model: not a request to fetch
+  model.on("change:weights", redraw);
+  return () => { stop(); cleanup(); model.off("change:weights", redraw); };
 }
 
 export default { render };

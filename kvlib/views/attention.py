@@ -41,18 +41,22 @@ class AttentionGrid(View):
         all, nothing to step); notes: one line per step; link: by default one made from the prompt's
         tokens, so views of one generation light up together; trace: this very run's Trace, if already made."""
         ids = model.check_ids(ids_or_text).tolist()
+        c, n = model.config, len(ids)
+        prompt_len = n if prompt_len is None else prompt_len
+        notes = list(notes or [])
+        if not 1 <= prompt_len <= n or notes and len(notes) != n - prompt_len + 1:
+            raise ValueError(f"{n} tokens, prompt_len {prompt_len} and {len(notes)} notes: "
+                             "give 1 <= prompt_len <= the tokens, and one note per step (or none)")
+        if not 0 <= layer < c.n_layer or head != "mean" and not (isinstance(head, int) and 0 <= head < c.n_head):
+            raise ValueError(f"{model.name} has layers 0-{c.n_layer - 1} and heads 0-{c.n_head - 1} "
+                             f"(or head='mean'); got layer {layer!r}, head {head!r}")
         if trace is None:
             trace = Trace()
             model.forward(ids, trace=trace)
+        elif trace.layers[0].weights.shape[-1] != n:
+            raise ValueError(f"the trace read {trace.layers[0].weights.shape[-1]} tokens, not these {n}: pass the "
+                             "Trace of this very run")
         tokens = [model.decode([i]) for i in ids]
-        prompt_len = len(tokens) if prompt_len is None else prompt_len
-        notes = list(notes or [])
-        if not 1 <= prompt_len <= len(tokens) or notes and len(notes) != len(tokens) - prompt_len + 1:
-            raise ValueError(f"{len(tokens)} tokens, prompt_len {prompt_len} and {len(notes)} notes: "
-                             "give 1 <= prompt_len <= the tokens, and one note per step (or none)")
-        if not 0 <= layer < len(trace.layers) or head != "mean" and not 0 <= head < model.config.n_head:
-            raise ValueError(f"{model.name} has layers 0-{len(trace.layers) - 1} and heads 0-{model.config.n_head - 1} "
-                             f"(or head='mean'); got layer {layer}, head {head}")
         view = cls(title=f"{model.name}: attention over {len(tokens)} tokens" if title is None else title,
                    tokens=tokens, prompt_len=prompt_len, notes=notes, link=link or link_for(tokens[:prompt_len]), head=head)
         view._weights = [t.weights.cpu() for t in trace.layers]  # [n_head, T, T] per layer, sent on demand

@@ -44,7 +44,6 @@ def rounded(x, digits):  # a tensor or nested list -> nested lists of floats, ro
 class View(anywidget.AnyWidget):
     _css = (HERE / "style.css").read_text()
     link = T.Unicode("").tag(sync=True)   # views with the same link light up together
-    error = T.Unicode("").tag(sync=True)  # shown in place, above the picture
 
     def summary(self):  # -> text a reader gets where widgets cannot be shown
         raise NotImplementedError

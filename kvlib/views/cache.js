@@ -4,22 +4,23 @@
 // .kv-layer-bytes each layer's; buttons Play/Pause, ◀ and ▶; an input[type=range] for the step.
 
 function render({ model, el }) {
-  const { root, tip, body, cleanup } = KV.frame(model, el, "cachegrowth");
+  const { root, tip, body, redrawn, cleanup } = KV.frame(model, el, "cachegrowth");
   const sh = model.get("shape"), tokens = model.get("tokens"), fed = model.get("fed");
   const nbytes = model.get("nbytes"), layerBytes = model.get("layer_nbytes");
   const keys = model.get("k_rows"), values = model.get("v_rows"), link = model.get("link");
   const last = fed.length - 1, compact = sh.n_layer > 12;
-  const perLine = compact ? 10 : sh.n_layer;  // layers side by side; a tall model wraps into lines of 10
+  const perLine = compact ? 10 : Math.min(sh.n_layer, 6);  // layers side by side, in lines that fit the page
   const rowBytes = sh.bytes_per_token / sh.n_layer / 2;  // one K (or V) row of one layer
   const held = (s) => fed.slice(0, s + 1).reduce((a, b) => a + b, 0);
-  const max = Math.max(1e-9, ...keys.flat(2).map(Math.abs), ...values.flat(2).map(Math.abs));
+  const max = Math.max(KV.absMax(keys.flat(2)), KV.absMax(values.flat(2)));
   let step = Math.min(model.get("step"), last), timer = null, drawn = -1;
 
   const play = KV.button("▶ Play", () => (timer ? pause() : start()));
-  const back = KV.button("◀", () => show(step - 1), { "aria-label": "step back" });
-  const next = KV.button("▶", () => show(step + 1), { "aria-label": "step forward" });
+  const by = (move) => () => { pause(); show(move()); };  // a step by hand stops Play
+  const back = KV.button("◀", by(() => step - 1), { "aria-label": "step back" });
+  const next = KV.button("▶", by(() => step + 1), { "aria-label": "step forward" });
   const slider = KV.h("input", { type: "range", min: 0, max: last, value: step, "aria-label": "step",
-                                 oninput: (e) => show(+e.target.value) });
+                                 oninput: (e) => by(() => +e.target.value)() });
   const where = KV.h("span", { class: "kv-caption" });
   const headline = KV.h("div", { class: "kv-note" }), sum = KV.h("div", { class: "kv-note kv-mono" });
   const grid = KV.h("div", { class: "kv-tower" + (compact ? " kv-compact" : "") });
@@ -82,6 +83,7 @@ function render({ model, el }) {
       lines.push(KV.h("div", { class: "kv-line" }, labels(n, s > 0 ? newFrom : n), layers));
     }
     grid.replaceChildren(...lines);
+    redrawn();
     back.disabled = s === 0; next.disabled = s === last;
   }
   show(step);

@@ -19,7 +19,8 @@ PREVIEW = 8  # numbers of each row drawn (KV head 0, dims 0-7); every layer hold
 class CacheGrowth(View):
     _esm = module("cache.js")
     model_name = T.Unicode().tag(sync=True)
-    shape = T.Dict().tag(sync=True)         # n_layer, n_kv_head, head_dim, bytes_per_number, bytes_per_token
+    shape = T.Dict().tag(sync=True)         # n_layer, n_kv_head, head_dim, bytes_per_number, bytes_per_token,
+                                            # preview (the numbers drawn per row)
     tokens = T.List().tag(sync=True)        # every token the cache holds by the last step
     fed = T.List().tag(sync=True)           # per step: how many tokens that step fed (the prompt, then 1)
     nbytes = T.List().tag(sync=True)        # per step: cache.nbytes, measured

@@ -40,7 +40,8 @@ const KV = (() => {
   const label = (t) => t.replace(/\n/g, "↵").replace(/\t/g, "⇥");
   const quoted = (t) => `'${label(t)}'`;
   // numbers as a learner reads them: a real minus sign, fixed decimals
-  const num = (x, d = 2) => (x < 0 ? "−" : "") + Math.abs(x).toFixed(d);
+  const num = (x, d = 2) => { const r = +x.toFixed(d); return (r < 0 ? "−" : "") + Math.abs(r).toFixed(d); };
+  const absMax = (xs) => xs.reduce((m, x) => Math.max(m, Math.abs(x)), 1e-9);  // no spread: 100k+ numbers
   const int = (n) => n.toLocaleString("en-US");
 
   // blue for negative, orange for positive (both readable by the colour-blind); strength = |v| / max
@@ -56,8 +57,8 @@ const KV = (() => {
   function hover(link, pos) {
     bus.dispatchEvent(new CustomEvent("kvlib-hover", { detail: { link, pos } }));
   }
-  function onHover(link, fn) {  // -> a function that stops listening
-    const f = (e) => { if (link && e.detail.link === link) fn(e.detail.pos); };
+  function onHover(link, fn) {  // link: a function giving the name now (an app may retitle its view) -> stop
+    const f = (e) => { if (link() && e.detail.link === link()) fn(e.detail.pos); };
     bus.addEventListener("kvlib-hover", f);
     return () => bus.removeEventListener("kvlib-hover", f);
   }
@@ -77,10 +78,11 @@ const KV = (() => {
       show(lines, evt) {
         tip.replaceChildren(...[].concat(lines).map((l) => h("div", {}, l)));
         tip.hidden = false;
+        tip.style.left = "0px";  // measure at full width, then place it beside the pointer, inside the view
         const box = root.getBoundingClientRect();
-        const x = (evt ? evt.clientX : box.left) - box.left + 14, y = (evt ? evt.clientY : box.top) - box.top + 14;
+        const x = (evt ? evt.clientX : box.left) - box.left + 14, y = (evt ? evt.clientY : box.top) - box.top;
         tip.style.left = `${Math.max(0, Math.min(x, root.clientWidth - tip.offsetWidth - 4))}px`;
-        tip.style.top = `${y}px`;
+        tip.style.top = `${y + 14 + tip.offsetHeight > root.clientHeight ? Math.max(0, y - tip.offsetHeight - 8) : y + 14}px`;
       },
       hide() { tip.hidden = true; },
       el: tip,
@@ -104,13 +106,13 @@ const KV = (() => {
 
   // a labelled matrix: rows named by tokens, columns by dimension; wide ones folded, every value on hover.
   // opts: {values: [[...]], rows: [labels], pos: [positions] (for linking), title, digits, newRow, link, tip,
-  //        cls (extra class for the table), colName, colLabels (tokens naming the columns, e.g. a row of scores)}
+  //        colName, colLabels (tokens naming the columns, e.g. a row of scores)}
   function matrix(opts) {
     const { values, rows, title, digits = 2, newRow = -1, link, tip, colName = "dim" } = opts;
     const pos = opts.pos || rows.map((_, i) => i);
     const n = values.length ? values[0].length : 0;
-    const f = fold(n, opts.max ?? 12, opts.head ?? 6, opts.tail ?? 2);
-    const max = Math.max(1e-9, ...values.flat().map(Math.abs));
+    const f = fold(n);
+    const max = absMax(values.flat());
     const head = h("tr", {}, h("th", { class: "kv-corner" }, ""),
       f.cols.flatMap((j, k) => [k === f.gap ? h("th", { class: "kv-gap" }, "…") : null,
                                 opts.colLabels
@@ -129,36 +131,35 @@ const KV = (() => {
         }
         const v = row[j];
         tr.append(hoverable(h("td", { class: "kv-cell", dataset: { j }, style: { background: heat(v, max), color: ink(v, max) } },
-          opts.numbers === false ? "" : num(v, digits)), tip, () => `${quoted(rows[i])}, ${opts.colLabels ? quoted(opts.colLabels[j]) : `${colName} ${j}`}: ${num(v, 4)}`,
+          num(v, digits)), tip, () => `${quoted(rows[i])}, ${opts.colLabels ? quoted(opts.colLabels[j]) : `${colName} ${j}`}: ${num(v, 4)}`,
           link, pos[i]));
       });
       return tr;
     });
     return h("div", { class: "kv-matrix" },
       title ? h("div", { class: "kv-title" }, title, h("span", { class: "kv-caption" }, `  ${rows.length} × ${n}, ${f.caption.replace(/^dims/, colName + "s")}`)) : null,
-      h("table", { class: "kv-table " + (opts.cls || "") }, h("thead", {}, head), h("tbody", {}, body)));
+      h("table", { class: "kv-table" }, h("thead", {}, head), h("tbody", {}, body)));
   }
 
   function button(text, onclick, attrs = {}) {
     return h("button", { class: "kv-button", type: "button", onclick, ...attrs }, text);
   }
 
-  // a view's frame: a root with its tooltip, an error line, and linked highlighting wired in.
-  // returns {root, tip, body, cleanup}; the view draws into body
+  // a view's frame: a root with its tooltip and linked highlighting wired in. -> {root, tip, body, redrawn,
+  // cleanup}; the view draws into body and calls redrawn() after replacing what the pointer may be over
   function frame(model, el, name) {
     const root = h("div", { class: `kv-view kv-${name}` });
-    const error = h("div", { class: "kv-error", role: "alert" });
     const body = h("div", { class: "kv-body" });
-    root.append(error, body);
+    root.append(body);
     el.replaceChildren(root);
     const tip = tooltip(root);
-    const showError = () => { error.textContent = model.get("error") ? `⚠ ${model.get("error")}` : ""; };
-    showError();
-    model.on("change:error", showError);
-    const stop = onHover(model.get("link"), (pos) => light(root, pos));
-    return { root, tip, body, cleanup: () => { stop(); model.off("change:error", showError); } };
+    let lit = null;  // the token lit now, by this view or a linked one
+    const stop = onHover(() => model.get("link"), (pos) => { lit = pos; light(root, pos); });
+    // a redraw replaces the element under the pointer, which then never sees mouseleave
+    const redrawn = () => { tip.hide(); light(root, lit); };
+    return { root, tip, body, redrawn, cleanup: stop };
   }
 
-  return { PALETTE, TINTS, h, s, label, quoted, num, int, heat, ink, hover, onHover, light, tooltip, hoverable,
+  return { PALETTE, TINTS, h, s, label, quoted, num, absMax, int, heat, ink, hover, onHover, light, tooltip, hoverable,
            fold, matrix, button, frame };
 })();

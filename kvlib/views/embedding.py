@@ -8,6 +8,7 @@ of the 3-D projection are the d-D projection), so one set of coordinates serves 
 import traitlets as T
 
 from .. import embeddings
+from ..models import KVLibError
 from .base import View, link_for, module, rounded
 
 
@@ -24,6 +25,8 @@ class EmbeddingMap(View):
     @classmethod
     def of(cls, model, families=None, dims=2, digits=4):
         """families: {family: [(word, id)]} (by default embeddings.families(model))."""
+        if dims not in (1, 2, 3):
+            raise KVLibError(f"the map shows 1, 2 or 3 dimensions, not {dims!r}")
         fams = families or embeddings.families(model)
         coords, _, labels = embeddings.project(model, fams, 3)
         ids = [i for f in fams.values() for _, i in f]

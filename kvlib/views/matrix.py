@@ -1,7 +1,7 @@
 """View 2, a matrix: rows labelled with their tokens, columns with their dimension.
 
-Numbers are printed in the cells when the matrix is small; a wide one is folded ("dims 0–5 …
-62–63 of 64") with every value on hover. A row just appended slides in and stays marked."""
+Each number is printed on its colour; a wide matrix is folded ("dims 0–5 … 62–63 of 64") with
+every value on hover. A row just appended slides in and stays marked."""
 
 import traitlets as T
 

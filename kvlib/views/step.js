@@ -1,14 +1,13 @@
 // The worked step: one cached decode step of one head, part by part (◀ Back / Next ▶).
 // DOM hooks: each part is a .kv-part[data-part=name] card (q, K, scores, mask, weights, V, out); the part
 // being explained has .kv-current, the parts it is computed from .kv-input; .kv-explain says how, with
-// the numbers; the root carries data-part.
+// the numbers; the root carries data-part. The parts come in the order the step computes them (step.py).
 
-const STEP_PARTS = ["q", "K", "scores", "mask", "weights", "V", "out"];
 const INPUTS = { q: [], K: [], scores: ["q", "K"], mask: ["scores"], weights: ["scores", "mask"], V: [], out: ["weights", "V"] };
 
 function render({ model, el }) {
   const { root, tip, body, cleanup } = KV.frame(model, el, "step");
-  const P = model.get("parts"), tokens = model.get("tokens"), d = model.get("digits"), hs = model.get("head_dim");
+  const P = model.get("parts"), STEP_PARTS = model.get("order"), tokens = model.get("tokens"), d = model.get("digits"), hs = model.get("head_dim");
   const S = tokens.length, me = KV.quoted(tokens[S - 1]), link = model.get("link"), toy = model.get("toy");
   const n = (x) => KV.num(x, d);
   const terms = (a, b) => {  // "0.40×0.50 + −0.20×0.10 + …" (the first 4 products when there are many)
@@ -35,7 +34,7 @@ function render({ model, el }) {
   };
   const names = { q: "q", K: "K (cache + new row)", scores: `scores = q·Kᵀ / √${hs}`, mask: "mask", weights: "weights = softmax",
                   V: "V (cache + new row)", out: "out = weights · V" };
-  const rowOf = { q: [me.slice(1, -1)], scores: [tokens[S - 1]], mask: [tokens[S - 1]], weights: [tokens[S - 1]], out: [tokens[S - 1]] };
+  const rowOf = { q: [tokens[S - 1]], scores: [tokens[S - 1]], mask: [tokens[S - 1]], weights: [tokens[S - 1]], out: [tokens[S - 1]] };
   let at = 0;
   const back = KV.button("◀ Back", () => show(at - 1)), next = KV.button("Next ▶", () => show(at + 1));
   const where = KV.h("span", { class: "kv-caption" }), explain = KV.h("div", { class: "kv-explain" });

@@ -2,7 +2,7 @@
 
 Part by part: the new token's q row; K with its new row appended; the one row of scores
 (q · Kᵀ / √head size); the mask (nothing to hide: the newest token may look at every earlier
-one); softmax; V with its new row; the one output row (weights · V). `toy()` uses small
+one); softmax; V with its new row; the one output row (weights · V). `toy_step()` uses small
 made-up numbers (4 tokens, head size 4, so √4 = 2) that a learner can multiply by hand;
 `of(model, ...)` the same step on a real head of the loaded model, with its live numbers."""
 
@@ -36,6 +36,7 @@ class DecodeStep(View):
     toy = T.Bool(False).tag(sync=True)
     tokens = T.List().tag(sync=True)   # the S tokens in the cache after the step; the last is the new one
     parts = T.Dict().tag(sync=True)    # part -> [rows][cols], rounded for display
+    order = T.List(PARTS).tag(sync=True)  # the order the step computes them in (JSON need not keep a dict's)
     digits = T.Int(2).tag(sync=True)
     head_dim = T.Int().tag(sync=True)
 
