@@ -74,7 +74,7 @@ def test_02_tokens(browser, lab):
         assert [int(i) for i in strip.locator("[data-id]").evaluate_all("cs => cs.map(c => c.dataset.id)")] == ids
         first = bytes(tok.token_bytes(ids[0]))  # hover the first chip: its id, position and bytes
         assert tip(page, strip.locator("[data-id]").first) == (f"{tok.decode([ids[0]])!r} · position 0\n"
-                                                               f"id {ids[0]} · {len(first)} bytes: {first.hex(' ')}")
+                                                               f"id {ids[0]} · {len(first)} byte{'s' * (len(first) > 1)}: {first.hex(' ')}")
     assert tokenizers.gpt2().encode("Will will") == [8743, 481]
     div = page.locator(".widget-vbox").filter(has_text="Prompt B").first
     b = div.locator("input[type='text']").nth(1)

@@ -77,7 +77,7 @@ def test_matrix_view_is_the_tensor_rounded(name, request):
     ids = model.encode("Mary had a little")
     rows = embeddings.table(model)[ids]  # [T, C]
     m = views.Matrix.of(embeddings.lookup(model, ids), [model.decode([i]) for i in ids], "E", new_row=3)
-    assert m.values == [[round(x, 2) for x in row] for row in rows.tolist()]
+    assert m.values == [[round(x, 4) for x in row] for row in rows.tolist()]  # 2 decimals printed, 4 on hover
     assert m.rows[-1] == " little" and m.new_row == 3 and len(m.values[0]) == model.config.n_embd
     with pytest.raises(ValueError, match="one label per row"):
         views.Matrix.of(rows, ["a"])

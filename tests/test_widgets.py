@@ -85,7 +85,7 @@ def test_lookup_rows_are_the_table_rows(tiny):
     app.mode.value = "embedding rows"
     table = embeddings.table(tiny)
     assert len(app.view.values) == len(ids) and len(app.view.values[0]) == tiny.config.n_embd
-    assert app.view.values[2][5] == round(table[ids[2], 5].item(), 2)
+    assert app.view.values[2][5] == round(table[ids[2], 5].item(), 4)
     assert app.view.rows == [tiny.decode([i]) for i in ids] and app.children[-1] is app.view
     app.text.value = ""
     assert "empty" in app.info.value and app.view is None and len(app.children) == 2

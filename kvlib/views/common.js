@@ -43,6 +43,7 @@ const KV = (() => {
   const num = (x, d = 2) => { const r = +x.toFixed(d); return (r < 0 ? "−" : "") + Math.abs(r).toFixed(d); };
   const absMax = (xs) => xs.reduce((m, x) => Math.max(m, Math.abs(x)), 1e-9);  // no spread: 100k+ numbers
   const int = (n) => n.toLocaleString("en-US");
+  const plural = (n, word) => `${int(n)} ${word}${n === 1 ? "" : "s"}`;
 
   // blue for negative, orange for positive (both readable by the colour-blind); strength = |v| / max
   function heat(v, max) {
@@ -160,6 +161,6 @@ const KV = (() => {
     return { root, tip, body, redrawn, cleanup: stop };
   }
 
-  return { PALETTE, TINTS, h, s, label, quoted, num, absMax, int, heat, ink, hover, onHover, light, tooltip, hoverable,
+  return { PALETTE, TINTS, h, s, label, quoted, num, absMax, int, plural, heat, ink, hover, onHover, light, tooltip, hoverable,
            fold, matrix, button, frame };
 })();

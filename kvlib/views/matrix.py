@@ -7,19 +7,21 @@ import traitlets as T
 
 from .base import View, link_for, module, rounded
 
+HOVER_DIGITS = 4  # what a hover shows; the cells print `digits`
+
 
 class Matrix(View):
     _esm = module("matrix.js")
     title = T.Unicode("").tag(sync=True)
     rows = T.List().tag(sync=True)     # one token string per row
-    values = T.List().tag(sync=True)   # [rows][columns], rounded for display
-    digits = T.Int(2).tag(sync=True)
+    values = T.List().tag(sync=True)   # [rows][columns], to HOVER_DIGITS
+    digits = T.Int(2).tag(sync=True)   # decimals printed in the cells
     new_row = T.Int(-1).tag(sync=True)  # the row just appended (-1: none)
 
     @classmethod
     def of(cls, matrix, tokens, title="", digits=2, new_row=-1, link=None):
         """matrix: [T, n] tensor (or nested list), tokens: T strings."""
-        values = rounded(matrix, digits)
+        values = rounded(matrix, HOVER_DIGITS)
         if not values or not isinstance(values[0], list):
             raise ValueError("Matrix.of takes a 2-D matrix [tokens, dims]; pass one row per token")
         if len(values) != len(tokens):

@@ -10,7 +10,7 @@ function render({ model, el }) {
       KV.h("span", { class: "kv-chip" + (mark >= 0 && k >= mark ? " kv-differs" : ""), dataset: { pos: t.pos, id: t.id } },
         KV.h("span", { class: "kv-text", style: { background: KV.TINTS[k % KV.TINTS.length] } }, KV.label(t.text)),
         KV.h("span", { class: "kv-id" }, String(t.id))),
-      tip, () => [`${KV.quoted(t.text)} · position ${t.pos}`, `id ${t.id} · ${t.bytes.split(" ").length} bytes: ${t.bytes}`],
+      tip, () => [`${KV.quoted(t.text)} · position ${t.pos}`, `id ${t.id} · ${KV.plural(t.bytes.split(" ").length, "byte")}: ${t.bytes}`],
       link, t.pos));
     if (mark >= 0 && mark < chips.length) chips.splice(mark, 0, KV.h("span", { class: "kv-divider", title: "the prompts part here" }));
     body.replaceChildren(
