@@ -35,6 +35,7 @@ def free_port():
 
 class Lab:
     url = None
+    root = None  # the folder it serves notebooks from
     log = None  # the server's log: the kernels' own errors land here
 
 
@@ -48,7 +49,7 @@ def lab_server(root, env=None):
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--port={port}",
          "--ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root / 'notebooks'}"],
         stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"), env=env)
-    Lab.url, Lab.log = f"http://127.0.0.1:{port}", root / "server.log"
+    Lab.url, Lab.root, Lab.log = f"http://127.0.0.1:{port}", root / "notebooks", root / "server.log"
     try:
         for _ in range(120):
             try:

@@ -7,7 +7,7 @@ errors, no request beyond 127.0.0.1. Screenshots go to $KVLIB_SCREENSHOTS (defau
 
 import pytest
 
-from browser import (check_clean, chromium, copy_notebooks, lab_server, no_kernel_request, open_and_run,
+from browser import (Lab, check_clean, chromium, copy_notebooks, lab_server, no_kernel_request, open_and_run,
                      screenshots, settle, shots_dir, tip)
 
 
@@ -223,6 +223,36 @@ def test_04_attention(browser, lab):
     assert len(folded) == steps.Q.shape[1] - 8
     settle(page, errors, "04", "switching layers and heads, hovering")
     screenshots(page, "04")
+
+
+def test_a_long_prompts_grid_fetches_a_layer_once(browser, lab):
+    """SmolLM2 reading ~110 tokens: one layer's heads fill the 1 MB a view may send, so the grid holds the
+    layer shown; picking another asks the kernel once (one frame) and then draws that layer's weights."""
+    import nbformat
+
+    import kvlib
+
+    smollm2 = kvlib.load_model("smollm2", device="cpu")
+    text = "Mary had a little lamb, its fleece was white as snow, and everywhere that Mary went the lamb was sure to go. " * 4
+    trace = kvlib.Trace()
+    smollm2.forward(smollm2.encode(text), trace=trace)
+    code = f"import kvlib\nfrom kvlib import views\nviews.AttentionGrid.of(kvlib.load_model('smollm2'), {text!r})"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)], metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}}), Lab.root / "long.ipynb")
+    page, errors = open_and_run(browser, lab, "long.ipynb")
+    settle(page, errors, "long prompt", "running it")
+    view = page.locator(".kv-att").first
+    n = len(smollm2.encode(text))
+    assert view.locator("td.kv-att-cell").count() == n * n  # layer 0, sent with the view
+    frames = no_kernel_request(page, lambda: view.locator("select.kv-att-layer").select_option(label="layer 29"))
+    assert frames == 1, f"fetching layer 29 took {frames} kernel frames"
+    page.wait_for_function("(v) => v.querySelectorAll('td.kv-att-cell').length > 0", arg=view.element_handle(),
+                           timeout=30_000)
+    j = int(trace.layers[29].weights[0, 5].argmax())
+    first = tip(page, view.locator(f"tr.kv-att-row[data-pos='5'] td[data-col='{j}']")).splitlines()[0]
+    assert abs(js_num(first.rsplit(": ", 1)[1]) - trace.layers[29].weights[0, 5, j].item()) < 6e-4, first
+    settle(page, errors, "long prompt", "fetching layer 29")
+    page.close()
 
 
 def js_num(text):  # a number as the views print it (a real minus sign)
