@@ -46,7 +46,7 @@ function render({ model, el }) {
     const words = model.get("words"), ids = model.get("ids"), labels = model.get("labels");
     const coords = model.get("coords"), scores = model.get("scores"), link = model.get("link");
     const families = [...new Set(labels)], fam = (i) => families.indexOf(labels[i]);
-    const h = dims === 1 ? H1 : H;
+    let h = dims === 1 ? H1 : H;
     const placed = coords.map((p) => (dims === 3 ? turn(p, yaw, pitch) : [p[0], dims === 2 ? p[1] : 0, 0]));
 
     // scale: 3D by the farthest point (so turning never leaves the box), else by the points' extent
@@ -61,6 +61,10 @@ function render({ model, el }) {
       [cx, cy] = [W / 2 - s * (x0 + x1) / 2, h / 2 + s * (y0 + y1) / 2];
     }
     const rows = dims === 1 ? stack(placed.map((p) => s * p[0])) : null;
+    if (rows) {  // as tall as the deepest stack needs
+      h = Math.max(H1, 2 * PAD + 30 * rows.reduce((m, r) => Math.max(m, Math.abs(r)), 0));
+      cy = h / 2;
+    }
     const at = (p, i) => [cx + s * p[0], cy - s * p[1] + (rows ? 15 * rows[i] : 0)];
 
     // axes through the origin, each named at its positive end
@@ -129,7 +133,7 @@ function render({ model, el }) {
     drag = [e.clientX, e.clientY];
     turnBy((e.clientX - x) * 0.01, (e.clientY - y) * 0.01);
   });
-  svg.addEventListener("pointerup", () => { drag = null; });
+  for (const end of ["pointerup", "pointercancel", "lostpointercapture"]) svg.addEventListener(end, () => { drag = null; });
   const keys = { ArrowLeft: [-STEP, 0], ArrowRight: [STEP, 0], ArrowUp: [0, -STEP], ArrowDown: [0, STEP] };
   svg.addEventListener("keydown", (e) => {
     if (dims !== 3 || !keys[e.key]) return;
