@@ -38,6 +38,7 @@ import hashlib
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -64,6 +65,15 @@ class ManualClock:
             raise KVLibError("a clock only moves forward: advance it by 0 seconds or more")
         self.now += seconds
         return self.now
+
+
+class Event(NamedTuple):
+    """What happened to one block, when: a hit, a write, an expiry or an eviction."""
+    time: float
+    tenant: str   # None for an expiry or an eviction: the cache's doing, not a request's
+    kind: str     # "hit" | "write" | "expire" | "evict"
+    depth: int    # 0 for a prompt's first block
+    key: bytes    # the block's chained hash
 
 
 @dataclass
@@ -148,7 +158,7 @@ class PromptCache:
         self.clock = clock or time.monotonic
         self.share_across_tenants = share_across_tenants
         self.blocks = {}  # hash -> Block
-        self.events = []  # (time, tenant, "hit" | "write" | "expire" | "evict", depth)
+        self.events = []  # [Event], oldest first
         self._loose = set()  # runs that lost blocks since the last _compact()
         self._lock = threading.Lock()
 
@@ -222,8 +232,8 @@ class PromptCache:
                 hits = []  # automatic mode: a hit shorter than the minimum is no hit
             if hits:
                 self._touch(keys[len(hits) - 1], now)
-            for b in hits:
-                self.events.append((now, tenant, "hit", b.depth))
+            for b, k in zip(hits, keys):
+                self.events.append(Event(now, tenant, "hit", b.depth, k))
             joined = stretches(hits)
             for layer, cached in enumerate(cache.layers):  # by reference: nothing is copied
                 cached.share([(run.keys[layer][:, a:e], run.values[layer][:, a:e]) for run, a, e in joined])
@@ -275,7 +285,7 @@ class PromptCache:
                     break
                 self.blocks[keys[depth]] = block
                 self._touch(keys[depth], now)  # its ancestors are as fresh as it is
-                self.events.append((now, tenant, "write", depth))
+                self.events.append(Event(now, tenant, "write", depth, keys[depth]))
                 written[depth] = spans[depth]
             if len(written) < len(keys) - start:
                 self._loose.add(run)  # keep only what was written
@@ -316,7 +326,7 @@ class PromptCache:
 
     def _drop(self, key, why, now):
         block = self.blocks.pop(key)
-        self.events.append((now, None, why, block.depth))
+        self.events.append(Event(now, None, why, block.depth, key))
         self._loose.add(block.run)
 
     def _compact(self):

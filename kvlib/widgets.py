@@ -331,18 +331,16 @@ class PromptCacheStream(App):
         if self.results and hasattr(self.pc.clock, "now"):
             self.pc.clock.now += self.seconds_between  # requests arrive over time, so "least recently used" means something
         events = len(self.pc.events)
-        self.pc.expire()  # what has expired goes now, so the view tells it from what this request evicts
-        self.view.refresh()
         try:
             res = self.pc.prefill(prompt, tenant=tenant, cache_control=mark[0] if mark else None)
         except ValueError as e:
             self.status.value = _error(e)
             return
-        gone = [e for e in self.pc.events[events:] if e[2] in ("expire", "evict")]
+        gone = [e for e in self.pc.events[events:] if e.kind in ("expire", "evict")]
         self.results.append((label, tenant, res, gone))
         r = res.receipt
         self.view.add(label, tenant, prompt, res, self.cost(r), mark[0] if mark else None, len(gone))
-        evicted = sum(e[2] == "evict" for e in gone)
+        evicted = sum(e.kind == "evict" for e in gone)
         self.status.value = (f"Sent <b>{html.escape(label)}</b>: {r.cached_tokens} of {r.input_tokens} tokens cached, "
                              f"{r.written_tokens} written; cost {self.cost(r):,.1f} (uncached: {r.input_tokens})"
                              + (f"; {evicted} blocks evicted to stay within the budget" if evicted else "") + ".")

@@ -70,7 +70,7 @@ def test_ttl_expires_entries_after_their_last_use(tiny):
     clock.now = 599 + 301
     assert pc.nbytes == 0
     assert pc.prefill(prompt).receipt.cached_tokens == 0
-    assert any(kind == "expire" for _, _, kind, _ in pc.events)
+    assert any(e.kind == "expire" for e in pc.events)
 
 
 def test_lru_evicts_the_least_recently_used_under_the_budget(tiny):
@@ -106,7 +106,17 @@ def test_the_byte_budget_holds_over_thousands_of_requests(tiny):
         assert r.cached_tokens % 4 == 0 and r.cached_tokens < r.input_tokens
         held = pc.nbytes  # first: reading nbytes drops what has expired
         assert held_bytes(pc) == held <= budget  # evicted blocks free their bytes, even inside a run
-    assert any(kind == "evict" for _, _, kind, _ in pc.events)
+    assert any(e.kind == "evict" for e in pc.events)
+    stored = set()  # every event names its block: a drop takes a block that a write stored and nobody dropped
+    for e in pc.events:
+        if e.kind == "write":
+            assert e.key not in stored
+            stored.add(e.key)
+        elif e.kind in ("expire", "evict"):
+            stored.remove(e.key)
+        else:
+            assert e.key in stored, "a hit on a block not stored"
+    assert stored == set(pc.blocks)
 
 
 def test_tenants_never_hit_each_others_prefixes(tiny):
@@ -146,7 +156,7 @@ def test_concurrent_requests_all_get_correct_results(tiny):
     for i, res in results.items():
         assert (res.logits - expected[i]).abs().max() < 1e-4, i
         assert len(res.cache) == len(prompts[i])
-    kinds = [e[2] for e in pc.events]
+    kinds = [e.kind for e in pc.events]
     assert "evict" in kinds and "hit" in kinds  # the budget was reached while requests hit
     assert_no_holes(pc)
 
@@ -177,7 +187,7 @@ def test_eviction_never_leaves_a_hole_under_a_ticking_clock(tiny):
     assert pc.prefill(shared + [7]).receipt.written_tokens == 12  # 3 blocks
     assert pc.prefill(five).receipt.blocks == ["hit"] * 3 + ["written"] * 2
     assert pc.prefill(ids(13, 3)).receipt.written_tokens == 12  # an unrelated 3-block prompt: 3 blocks must go
-    assert sum(e[2] == "evict" for e in pc.events) == 3
+    assert sum(e.kind == "evict" for e in pc.events) == 3
     assert_no_holes(pc)
     assert sorted(b.depth for b in pc.blocks.values()) == [0, 0, 1, 1, 2]  # five's blocks 4, 3, 2 went, leaves first
     res = pc.prefill(five)
@@ -380,7 +390,7 @@ def test_stream_prices_rows_evicts_under_a_budget_and_reads_fully(tiny):
         app.send()
     r = [res.receipt for _, _, res, _ in app.results]
     assert r[2].cached_tokens == 32 and r[4].cached_tokens == 0  # prefix 1 was the least recently used
-    assert sum(e[2] == "evict" for e in app.results[3][3]) == 2 and "evicted" in app.status.value
+    assert sum(e.kind == "evict" for e in app.results[3][3]) == 2 and "evicted" in app.status.value
     assert pc.clock() == 40  # ten seconds between requests
     gpt5 = pricing.PRICING["openai-gpt-5"]
     assert app.view.requests[2]["cost"] == pytest.approx(45 - 0.9 * 32)  # the hit row's cost at GPT-5's ratios

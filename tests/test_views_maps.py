@@ -48,12 +48,15 @@ def check_rows(app):
     """Every row of the view against the receipt the cache gave and the blocks it cut."""
     pc, view = app.pc, app.view
     assert len(view.requests) == len(app.results)
+    recorded = {kind: {e.key[:8].hex() for e in pc.events if e.kind == kind} for kind in ("hit", "write")}
     for row, (label, tenant, res, gone), request in zip(view.requests, app.results, app.requests):
         r = res.receipt
         ids, blocks = sent_blocks(pc, request[2], tenant, *request[3:])
         assert (row["label"], row["tenant"], row["input"], row["cached"], row["written"], row["gone"]) == \
                (label, tenant, r.input_tokens, r.cached_tokens, r.written_tokens, len(gone))
         assert [b["state"] for b in row["blocks"]] == r.blocks
+        for b in row["blocks"]:  # a chip's hash is the key the cache itself recorded for that block
+            assert b["state"] == "computed" or b["hash"] in recorded["hit" if b["state"] == "hit" else "write"]
         assert [(b["start"], b["end"], b["hash"]) for b in row["blocks"]] == blocks
         assert [b["text"] for b in row["blocks"]] == [pc.model.decode(ids[a:e]) for a, e, _ in blocks]
         assert row["tail"] == len(ids) - (blocks[-1][1] if blocks else 0) >= 1

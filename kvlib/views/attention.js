@@ -5,23 +5,19 @@
 // or "mean"); each shown row is a tr.kv-att-row with data-pos (the token looking), its label th.kv-rowhead;
 // column labels are th.kv-att-col and cells td.kv-att-cell, both with data-col (the token looked at);
 // masked cells are .kv-masked, the newest row .kv-new; buttons: "◀", "Play" (then "Pause"), "▶";
-// the slider input.kv-att-slider; selects select.kv-att-layer and select.kv-att-head; the head
+// the slider input.kv-slider; selects select.kv-att-layer and select.kv-att-head; the head
 // thumbnails button.kv-att-thumb; notes .kv-note. Cell tooltip: "'<query>' looks at '<key>': 0.440".
 
 const DENSE = 14;  // more tokens than this: small cells, numbers only on hover
 
 function render({ model, el }) {
   const { root, tip, body, redrawn, cleanup } = KV.frame(model, el, "att");
-  let step = model.get("step"), layer = model.get("layer"), head = model.get("head"), shown = step, timer = null;
+  let step = model.get("step"), layer = model.get("layer"), head = model.get("head"), shown = step;
   const last = () => model.get("tokens").length - model.get("prompt_len");  // the last step
   const headName = (h) => (h === "mean" ? "average of heads" : `head ${h}`);
 
   // the controls, built once; draw() updates what they show
-  const play = KV.button("Play", () => (timer ? stop() : start()));
-  const back = KV.button("◀", () => { stop(); go(step - 1); }, { "aria-label": "step back" });
-  const next = KV.button("▶", () => { stop(); go(step + 1); }, { "aria-label": "step forward" });
-  const slider = KV.h("input", { type: "range", class: "kv-att-slider", min: 0, step: 1,
-                                 oninput: (e) => { stop(); go(+e.target.value); } });
+  const steps = KV.stepper(last, () => step, (s) => { step = s; draw(); }, 1200);
   const stepText = KV.h("span", { class: "kv-att-steptext" });
   const layerSel = KV.h("select", { class: "kv-att-layer", onchange: (e) => { layer = +e.target.value; draw(true); } },
     model.get("weights").map((_, l) => KV.h("option", { value: l }, `layer ${l}`)));
@@ -32,7 +28,7 @@ function render({ model, el }) {
   const thumbs = KV.h("div", { class: "kv-att-thumbs" });
   const grid = KV.h("div", { class: "kv-att-scroll" });
   const aloud = KV.h("div", { class: "kv-note" }), note = KV.h("div", { class: "kv-note" });
-  const stepping = KV.h("span", { class: "kv-controls" }, back, play, next, slider, stepText);
+  const stepping = KV.h("span", { class: "kv-controls" }, steps.el, stepText);
   body.replaceChildren(
     KV.h("div", { class: "kv-title" }, model.get("title")),
     KV.h("div", { class: "kv-caption" }, "Row: the token that looks (query). Column: the token it looks at (key). " +
@@ -41,13 +37,6 @@ function render({ model, el }) {
     thumbs, grid, aloud, note);
 
   function pickHead(v) { head = v === "mean" ? "mean" : +v; draw(); }
-  function go(s) { step = Math.max(0, Math.min(last(), s)); draw(); }
-  function start() {
-    if (step >= last()) go(0);
-    play.textContent = "Pause";
-    timer = setInterval(() => { go(step + 1); if (step >= last()) stop(); }, 1200);
-  }
-  function stop() { clearInterval(timer); timer = null; play.textContent = "Play"; }
 
   function meanOf(heads) {  // [nh][n][n] -> [n][n]
     return heads[0].map((row, i) => row.map((_, j) => heads.reduce((a, w) => a + w[i][j], 0) / heads.length));
@@ -88,9 +77,7 @@ function render({ model, el }) {
     const n = model.get("prompt_len") + step;
     Object.assign(root.dataset, { step, layer, head });
     stepping.style.display = last() ? "" : "none";  // nothing to step: the whole text at once
-    Object.assign(slider, { max: last(), value: step });
-    back.disabled = step === 0;
-    next.disabled = step === last();
+    steps.show(step);
     stepText.textContent = `step ${step} of ${last()}: ${n} tokens`;
     layerSel.value = layer;
     headSel.value = head;
@@ -118,7 +105,7 @@ function render({ model, el }) {
   draw();
   const redraw = () => draw();  // Backbone passes the model: not a request to fetch
   model.on("change:weights", redraw);
-  return () => { stop(); cleanup(); model.off("change:weights", redraw); };
+  return () => { steps.stop(); cleanup(); model.off("change:weights", redraw); };
 }
 
 export default { render };

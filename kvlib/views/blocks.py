@@ -3,9 +3,7 @@
 Hover a chip for its tokens and the first 8 bytes of its chained hash; the same block lights up in
 every request that used it. On the cache's simulated clock, a bar under each stored block shows how
 much of its time to live is left; a block gone since (expired or evicted) is faded and struck through,
-with the reason on hover. The cache's events name no blocks (only their depth), so `refresh` finds
-the blocks gone by their keys' absence and takes the reason from the events since its last call: call
-it after each step that drops blocks of one kind (PromptCacheStream expires before it sends)."""
+with the reason on hover, read from the cache's own events (each names its block's key)."""
 
 import traitlets as T
 
@@ -26,7 +24,7 @@ class PromptBlocks(View):
 
     def __init__(self, pc, note="", **kwargs):
         super().__init__(note=note, ttl=pc.ttl, **kwargs)
-        self.pc, self.known, self.seen = pc, {}, len(pc.events)  # known: hash shown -> (key, depth)
+        self.pc, self.known, self.seen = pc, {}, len(pc.events)  # known: hash shown -> the block's key
         self.refresh()
 
     def add(self, label, tenant, prompt, result, cost, cache_control=None, gone=0):
@@ -37,7 +35,7 @@ class PromptBlocks(View):
         keys = pc.block_keys(ids, tenant, spans)
         blocks = [{"state": state, "start": a, "end": e, "text": pc.model.decode(ids[a:e]), "hash": key[:8].hex()}
                   for state, (a, e), key in zip(r.blocks, spans, keys, strict=True)]
-        self.known.update({key[:8].hex(): (key, depth) for depth, key in enumerate(keys)})
+        self.known.update({key[:8].hex(): key for key in keys})
         self.requests = self.requests + [{
             "label": label, "tenant": tenant, "at": pc.clock(), "input": r.input_tokens, "cached": r.cached_tokens,
             "written": r.written_tokens, "ms": round(result.seconds * 1e3, 1), "cost": cost,
@@ -48,14 +46,13 @@ class PromptBlocks(View):
     def refresh(self):
         """Read the cache now: which blocks shown are stored (until when) and which have gone (why, when)."""
         pc, stored = self.pc, dict(self.stored)
-        went = {depth: (t, why) for t, _, why, depth in pc.events[self.seen:] if why in GONE}
+        went = {e.key: e for e in pc.events[self.seen:] if e.kind in GONE}
         self.seen = len(pc.events)
-        for h, (key, depth) in self.known.items():
+        for h, key in self.known.items():
             if key in pc.blocks:
                 stored[h] = {"expires": pc.blocks[key].last_used + pc.ttl}
-            elif "expires" in stored.get(h, {}):  # stored at the last refresh, gone since
-                t, why = went.get(depth, (pc.clock(), None))
-                stored[h] = {"gone": GONE.get(why, "dropped"), "at": t}
+            elif key in went:  # gone since the last look (even if written and evicted in between)
+                stored[h] = {"gone": GONE[went[key].kind], "at": went[key].time}
         held = sum(b.nbytes for b in pc.blocks.values())  # what it holds, without expiring anything
         budget = f" of {pc.max_bytes:,}" if pc.max_bytes is not None else ""
         size = f"blocks of {pc.block_size} tokens" if pc.mode == "automatic" else "one block per marked prefix"

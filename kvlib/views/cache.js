@@ -1,7 +1,7 @@
 // View 4: the KV cache per layer, growing during decode.
 // DOM hooks: the root carries data-step; each layer is .kv-layer[data-layer=l] holding one .kv-kvrow per
 // cached token (data-pos = its position); .kv-total holds the measured bytes of the step shown;
-// .kv-layer-bytes each layer's; buttons Play/Pause, ◀ and ▶; an input[type=range] for the step.
+// .kv-layer-bytes each layer's; the stepper's ◀, Play/Pause, ▶ and input.kv-slider (common.js).
 
 function render({ model, el }) {
   const { root, tip, body, redrawn, cleanup } = KV.frame(model, el, "cachegrowth");
@@ -13,27 +13,15 @@ function render({ model, el }) {
   const rowBytes = sh.bytes_per_token / sh.n_layer / 2;  // one K (or V) row of one layer
   const held = (s) => fed.slice(0, s + 1).reduce((a, b) => a + b, 0);
   const max = Math.max(KV.absMax(keys.flat(2)), KV.absMax(values.flat(2)));
-  let step = Math.min(model.get("step"), last), timer = null, drawn = -1;
+  let step = Math.min(model.get("step"), last), drawn = -1;
 
-  const play = KV.button("▶ Play", () => (timer ? pause() : start()));
-  const by = (move) => () => { pause(); show(move()); };  // a step by hand stops Play
-  const back = KV.button("◀", by(() => step - 1), { "aria-label": "step back" });
-  const next = KV.button("▶", by(() => step + 1), { "aria-label": "step forward" });
-  const slider = KV.h("input", { type: "range", min: 0, max: last, value: step, "aria-label": "step",
-                                 oninput: (e) => by(() => +e.target.value)() });
+  const steps = KV.stepper(() => last, () => step, (s) => show(s), 900);
   const where = KV.h("span", { class: "kv-caption" });
   const headline = KV.h("div", { class: "kv-note" }), sum = KV.h("div", { class: "kv-note kv-mono" });
   const grid = KV.h("div", { class: "kv-tower" + (compact ? " kv-compact" : "") });
   body.append(KV.h("div", { class: "kv-title" }, `The KV cache of ${model.get("model_name")}: ${sh.n_layer} layers, ` +
                  `each keeping one K row and one V row per token`),
-              KV.h("div", { class: "kv-controls" }, play, back, next, slider, where), headline, sum, grid);
-
-  function start() {
-    if (step >= last) show(0);
-    play.textContent = "❚❚ Pause";
-    timer = setInterval(() => (step >= last ? pause() : show(step + 1)), 900);
-  }
-  function pause() { clearInterval(timer); timer = null; play.textContent = "▶ Play"; }
+              KV.h("div", { class: "kv-controls" }, steps.el, where), headline, sum, grid);
 
   const strip = (vals, kind) => KV.h("span", { class: `kv-vec kv-${kind}` },
     vals.map((v) => KV.h("span", { class: "kv-px", style: { background: KV.heat(v, max) } })));
@@ -58,7 +46,8 @@ function render({ model, el }) {
   function show(s) {
     s = Math.max(0, Math.min(last, s));
     const grew = s === drawn + 1;
-    step = s; drawn = s; slider.value = s; root.dataset.step = s;
+    step = s; drawn = s; root.dataset.step = s;
+    steps.show(s);
     const n = held(s), newFrom = n - fed[s];
     where.textContent = `step ${s} of ${last}`;
     headline.replaceChildren(s === 0
@@ -84,10 +73,9 @@ function render({ model, el }) {
     }
     grid.replaceChildren(...lines);
     redrawn();
-    back.disabled = s === 0; next.disabled = s === last;
   }
   show(step);
-  return () => { pause(); cleanup(); };
+  return () => { steps.stop(); cleanup(); };
 }
 
 export default { render };

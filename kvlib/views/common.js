@@ -146,6 +146,31 @@ const KV = (() => {
     return h("button", { class: "kv-button", type: "button", onclick, ...attrs }, text);
   }
 
+  // Play, ◀ ▶ and a slider over steps 0..last(): Play moves on one step a tick until the last; a step by hand
+  // stops it. go(s) shows step s and then calls show(s) back, so the controls always say what is shown.
+  function stepper(last, current, go, ms = 1000) {
+    let timer = null;
+    const stop = () => { clearInterval(timer); timer = null; play.textContent = "Play"; };
+    const to = (s) => go(Math.max(0, Math.min(last(), s)));
+    const byHand = (s) => { stop(); to(s); };
+    const play = button("Play", () => {
+      if (timer) return stop();
+      if (current() >= last()) to(0);
+      play.textContent = "Pause";
+      timer = setInterval(() => (current() >= last() ? stop() : to(current() + 1)), ms);
+    });
+    const back = button("◀", () => byHand(current() - 1), { "aria-label": "step back" });
+    const next = button("▶", () => byHand(current() + 1), { "aria-label": "step forward" });
+    const slider = h("input", { type: "range", class: "kv-slider", min: 0, step: 1, "aria-label": "step",
+                                oninput: (e) => byHand(+e.target.value) });
+    const show = (s) => {
+      Object.assign(slider, { max: last(), value: s });
+      back.disabled = s === 0;
+      next.disabled = s === last();
+    };
+    return { el: h("span", { class: "kv-controls" }, back, play, next, slider), show, stop };
+  }
+
   // a view's frame: a root with its tooltip and linked highlighting wired in. -> {root, tip, body, redrawn,
   // cleanup}; the view draws into body and calls redrawn() after replacing what the pointer may be over
   function frame(model, el, name) {
@@ -162,5 +187,5 @@ const KV = (() => {
   }
 
   return { PALETTE, TINTS, h, s, label, quoted, num, absMax, int, plural, heat, ink, hover, onHover, light, tooltip, hoverable,
-           fold, matrix, button, frame };
+           fold, matrix, button, stepper, frame };
 })();
