@@ -48,3 +48,37 @@ def test_right_and_wrong_answers(ex, models):
 def test_unknown_exercise_names_the_ids():
     with pytest.raises(ValueError, match="no exercise"):
         exercises.check("99.nothing", 1)
+
+
+def test_words_match_whatever_their_case_and_spaces():
+    ex = exercises.Exercise("00.w", "q", None, "h", "e", (), 0.0)
+    assert ex.matches(" paris ", "Paris") and ex.matches("A  little bit", " a little bit")
+    assert not ex.matches("Pari", "Paris") and not ex.matches("alittle bit", "a little bit")
+
+
+def test_a_number_is_not_a_yes_or_a_no():
+    ex = exercises.Exercise("00.b", "q", None, "h", "e", (), 0.0)
+    assert ex.matches(False, False) and ex.matches(True, True)
+    assert not ex.matches(0, False) and not ex.matches(1, True) and not ex.matches("False", False)
+    assert not ex.matches(True, 1)  # and a yes is not the number 1
+
+
+@pytest.mark.parametrize("ex", [e for e in exercises.REGISTRY.values() if e.tolerance > 0], ids=lambda e: e.id)
+def test_a_tolerance_takes_rounding_but_not_another_unit(ex, models):
+    right = ex.answer(*[models(name) for name in ex.uses])
+    inside, outside = right * (1 + 0.9 * ex.tolerance), right * (1 + 1.1 * ex.tolerance) + 1e-9
+    assert ex.matches(inside, right) and not ex.matches(outside, right)
+    gib = 2**30 / 1e9
+    assert not ex.matches(right / gib, right) and not ex.matches(right * gib, right)  # GiB for GB, or back
+
+
+def test_07_llama3_8b_128k_gb_refuses_gib(models):
+    ex = exercises.REGISTRY["07.llama3_8b_128k_gb"]
+    bytes_ = 2 * 32 * 8 * 128 * 2 * 131072  # K and V x layers x KV heads x head size x bf16 bytes x tokens
+    assert ex.matches(round(bytes_ / 1e9, 1), ex.answer(models("model")))
+    assert not ex.matches(bytes_ / 2**30, ex.answer(models("model")))
+
+
+def test_no_exercise_may_be_tolerant_enough_to_take_a_wrong_unit():
+    with pytest.raises(ValueError, match="tolerance"):
+        exercises.exercise("00.loose", hint="h", explain="e", tolerance=0.1)

@@ -30,14 +30,27 @@ class Exercise:
     tolerance: float     # numbers: relative tolerance (0: exact)
 
     def matches(self, guess, right):
-        if isinstance(right, bool) or not isinstance(right, (int, float)):
-            if isinstance(right, str) and isinstance(guess, str):
-                return guess.strip().lower() == right.strip().lower() if len(right.strip()) == 1 else guess == right
+        if isinstance(right, bool):  # True/False only: 0 and 1 are numbers, not a yes or a no
+            return isinstance(guess, bool) and guess == right
+        if isinstance(right, str):  # a word: case and spaces do not count (" Paris", "paris")
+            return isinstance(guess, str) and words(guess) == words(right)
+        if not isinstance(right, (int, float)):
             return guess == right
+        if isinstance(guess, bool):
+            return False
         try:
             return math.isclose(float(guess), float(right), rel_tol=self.tolerance, abs_tol=1e-12)
         except (TypeError, ValueError):
             return False
+
+
+def words(text):
+    return " ".join(text.split()).casefold()
+
+
+# GiB are 7.4 % bigger than GB (2**30 against 10**9 bytes), and a unit mistake must not pass as a
+# rounding difference: no tolerance reaches half that gap
+MAX_TOLERANCE = 0.03
 
 
 REGISTRY = {}
@@ -45,6 +58,9 @@ REGISTRY = {}
 
 def exercise(id, hint, explain, uses=("model",), tolerance=0.0):
     """Register the decorated function as the live answer of exercise `id`; its docstring is the question."""
+    if not 0 <= tolerance <= MAX_TOLERANCE:
+        raise ValueError(f"exercise {id!r}: tolerance {tolerance} is outside 0..{MAX_TOLERANCE}")
+
     def register(fn):
         if id in REGISTRY:
             raise ValueError(f"exercise {id!r} is defined twice")

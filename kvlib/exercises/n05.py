@@ -35,14 +35,14 @@ def swap_changes(smollm2):
     return {(True, False): "a", (False, True): "b", (True, True): "c", (False, False): "d"}[(k, v)]
 
 
-@exercise("05.uncached_factor_300", uses=("random-gpt2",), tolerance=0.1,
+@exercise("05.uncached_factor_300", uses=("random-gpt2",), tolerance=0.03,
           hint="Without the cache the step runs every weight matrix for all 300 tokens; with it, for one token. "
                "The logits are computed for one position either way.",
           explain="At 300 tokens the uncached step costs about {answer:.0f} times the cached one. Not 300 times: "
                   "both compute the logits of the last position only, the same work in both.")
 def uncached_factor_300(big):
     """For GPT-2 small's shape: the step that follows 300 tokens, by what factor do its multiply-adds without
-    the cache exceed those with it (within 10 %)?"""
+    the cache exceed those with it (within 3 %)?"""
     c = big.config
     return round(memory.decode_step_macs(c, 300, cached=False) / memory.decode_step_macs(c, 300, cached=True), 1)
 

@@ -4,7 +4,7 @@ from . import exercise
 from .. import longcontext, memory
 
 
-@exercise("07.llama3_8b_128k_gb", tolerance=0.1,
+@exercise("07.llama3_8b_128k_gb", tolerance=0.03,
           hint="2 (K and V) × 32 layers × 8 KV heads × 128 numbers × 2 bytes is the bytes per token; "
                "multiply by 131,072 tokens and divide by 10⁹.",
           explain="131,072 tokens × 131,072 bytes per token = {answer:.2f} GB: more than the model's 16 GB of "
@@ -14,7 +14,7 @@ def llama3_8b_128k_gb(model):
     return round(memory.kv_bytes(memory.CATALOGUE["Llama-3-8B"], 131072, batch=1, bytes_per_number=2) / 1e9, 2)
 
 
-@exercise("07.attention_overtakes", tolerance=0.1,
+@exercise("07.attention_overtakes", tolerance=0.03,
           hint="Per step, the weights cost about 12 × 12 × 768² multiply-adds (Q, K, V, output, feed-forward) "
                "plus 768 × 50,257 for the logits; attention costs 2 × 12 × 768 per cached token.",
           explain="From {answer:,} cached tokens on, attention costs more multiply-adds than all the weight "
@@ -25,7 +25,7 @@ def attention_overtakes(model):
     return longcontext.attention_overtakes(longcontext.SHAPES["GPT-2 small"])
 
 
-@exercise("07.mla_cut", tolerance=0.05,
+@exercise("07.mla_cut", tolerance=0.03,
           hint="Per layer and token, DeepSeek 67B caches 2 × 8 heads × 128 numbers; DeepSeek-V2 caches 512 + 64. "
                "Multiply each by its layers (95 and 60), both at 2 bytes.",
           explain="Latent attention alone, bf16 against bf16, cuts the cache by {answer:.1f} %. The paper's 93.3 % "
