@@ -6,12 +6,12 @@ table per cache mode, so no provider's rules are ever applied to the other's mod
   cached input is discounted. Sources: OpenAI, "Prompt Caching in the API" (openai.com,
   1 October 2024: 50 % off cached input for GPT-4o) and the "Prompt caching" guide
   (platform.openai.com); GPT-5's API prices (August 2025: $1.25 input, $0.125 cached
-  input per million tokens, so 90 % off).
+  input per million tokens, so 90 % off). Retention: see OPENAI_RETENTION.
 - explicit (Anthropic): the request marks where the cacheable prefix ends (a
   `cache_control` breakpoint); writing it costs 1.25x base input for the 5-minute cache
-  or 2x for the 1-hour one, reading it 0.1x; prefixes under 1,024 tokens are not cached
-  on most models (2,048 on Haiku models). Source: Anthropic's docs, "Prompt caching"
-  (docs.anthropic.com, pricing table, 2025).
+  or 2x for the 1-hour one, reading it 0.1x. Source: Anthropic's docs, "Prompt caching"
+  (docs.anthropic.com, pricing table, 2025). Marked prefixes shorter than the model's
+  minimum are not cached: see ANTHROPIC_MIN_TOKENS (1,024 to 4,096 tokens by model).
 
 A request's cost, in units of "one uncached input token", follows from its receipt.
 """
@@ -28,10 +28,34 @@ class Pricing:
     read: float          # a cached input token, relative to an uncached one
     write: float         # a token written to the cache (1.0: billed as plain input)
     min_tokens: int      # prompts (automatic) or marked prefixes (explicit) shorter than this are never cached
+                         # (Anthropic's differs by model: the lowest, 1,024, is used here; see ANTHROPIC_MIN_TOKENS)
     step: int            # cached prefixes come in multiples of this many tokens
     ttl_seconds: int     # how long an unused entry is kept (the shortest the provider states)
     retention: str
     source: str
+
+
+# Anthropic's minimum cacheable prompt length, by model (tokens). Source: Anthropic's docs, "Prompt
+# caching", section "Cache limitations" (platform.claude.com/docs/en/build-with-claude/prompt-caching),
+# as quoted in anthropics/anthropic-sdk-python issue #1194 (github.com, 21 February 2026); the same
+# figures in docs.orq.ai/docs/proxy/prompt-caching (read 1 December 2026). Left out: Claude Sonnet 4.6,
+# 1,024 in the docs quoted in February 2026 but 2,048 in orq.ai's table and in LiteLLM's tests on
+# Bedrock (BerriAI/litellm-docs pull request #49, 29 April 2026): the sources disagree.
+ANTHROPIC_MIN_TOKENS = {
+    "Claude Opus 4.5": 4096, "Claude Opus 4.6": 4096, "Claude Haiku 4.5": 4096,
+    "Claude Sonnet 4.5": 1024, "Claude Opus 4.1": 1024, "Claude Opus 4": 1024, "Claude Sonnet 4": 1024,
+    "Claude Haiku 3.5": 2048, "Claude Haiku 3": 2048,
+}
+
+# OpenAI's retention policies (`prompt_cache_retention`). Source: OpenAI's "Prompt caching" guide,
+# section "Prompt cache retention" (developers.openai.com/api/docs/guides/prompt-caching, read
+# 1 December 2026); the "24h" option reached OpenAI's SDKs in November 2025 (openai/openai-agents-python
+# pull request #2095, 18 November 2025). The guide lists GPT-4.1 and GPT-5 models for extended retention,
+# not GPT-4o.
+OPENAI_RETENTION = {
+    "in_memory": "the default: cleared after 5-10 minutes unused, always within 1 hour of its last use",
+    "24h": "opt-in: kept up to 24 hours; K and V move to the GPU machine's local storage when GPU memory is full",
+}
 
 
 AUTOMATIC = {
@@ -39,7 +63,8 @@ AUTOMATIC = {
                              "cleared after 5-10 minutes unused, always within 1 hour",
                              "openai.com, 'Prompt Caching in the API' (1 Oct 2024): cached input 50 % off"),
     "openai-gpt-5": Pricing("OpenAI, GPT-5", "automatic", 0.10, 1.0, 1024, 128, 300,
-                            "cleared after 5-10 minutes unused, always within 1 hour",
+                            "cleared after 5-10 minutes unused, always within 1 hour; up to 24 hours "
+                            "with prompt_cache_retention='24h'",
                             "platform.openai.com, 'Prompt caching' guide; GPT-5 API prices (Aug 2025): "
                             "$0.125 cached vs $1.25 input per 1M tokens"),
 }

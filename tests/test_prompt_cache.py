@@ -506,3 +506,12 @@ def test_a_hit_in_too_many_pieces_is_copied_in_once(tiny):
         assert len(ks) == (hit_runs + 1 if hit_runs <= MAX_PIECES else 1)
     assert res.receipt.cached_tokens == 4 * (MAX_PIECES + 1) and res.cache.shared_nbytes == 0
     assert (res.logits - tiny.forward(chat)[-1]).abs().max() < 1e-4
+
+
+def test_anthropic_prices_use_the_lowest_published_minimum():
+    """The explicit-mode price lists stand for every Claude model, so their minimum is the lowest any
+    model publishes; a model with a higher one would leave a prefix uncached that these prices cache."""
+    from kvlib import pricing
+    lowest = min(pricing.ANTHROPIC_MIN_TOKENS.values())
+    assert all(p.min_tokens == lowest for p in pricing.EXPLICIT.values())
+    assert max(pricing.ANTHROPIC_MIN_TOKENS.values()) == 4 * lowest  # 1,024 to 4,096: the notebook says so
