@@ -1,0 +1,91 @@
+"""Replicas with a cache each, and a router: hash routing hits on every repeat, random routing only when a
+request lands where its prefix is, overflow spreads a busy prefix over machines."""
+
+import math
+
+import pytest
+from matplotlib.figure import Figure
+
+from kvlib import KVLibError, routing
+from kvlib.bench import random_ids
+
+
+def first_sends(run):  # prefix -> the replica its first request went to
+    out = {}
+    for s in run.served:
+        out.setdefault(s.prefix, s.replica)
+    return out
+
+
+def test_prefix_hash_routing_hits_on_every_repeat(tiny):
+    requests = routing.resend_pairs(tiny, prompts=8, tokens=40)
+    run = routing.simulate(tiny, requests, replicas=4, router="prefix hash")
+    assert len(run.served) == 16 and len(run.repeats) == 8
+    assert run.repeat_hit_rate == 1.0
+    assert all(s.cached_tokens == 32 for s in run.repeats)  # 2 full blocks of 16 before the last token
+    assert not any(s.hit for s in run.served if not s.repeat)  # a new prompt never hits
+    assert len({s.replica for s in run.served}) > 1  # the prompts are spread over the machines
+
+
+def test_random_routing_hits_exactly_when_a_resend_lands_on_its_first_machine(tiny):
+    requests = routing.resend_pairs(tiny, prompts=40, tokens=20)
+    run = routing.simulate(tiny, requests, replicas=4, router="random", seed=3)
+    home = first_sends(run)
+    assert all(s.hit == (s.replica == home[s.prefix]) for s in run.repeats)
+    assert any(s.hit for s in run.repeats) and not all(s.hit for s in run.repeats)
+    # 40 resends, each on the right machine with chance 1/4: within 3 standard deviations of a quarter
+    assert abs(run.repeat_hit_rate - 1 / 4) <= 3 * math.sqrt(1 / 4 * 3 / 4 / 40)
+    one = routing.simulate(tiny, requests[:8], replicas=1, router="random")
+    assert one.repeat_hit_rate == 1.0  # one machine: nowhere else to go
+
+
+def test_random_routing_keeps_a_copy_of_a_prefix_on_every_machine_it_reaches(tiny):
+    system = random_ids(tiny, 32, 5)
+    requests = [(2.0 * i, system + random_ids(tiny, 8, 100 + i)) for i in range(24)]
+    by_hash = routing.simulate(tiny, requests, replicas=4, router="prefix hash")
+    at_random = routing.simulate(tiny, requests, replicas=4, router="random", seed=1)
+    one_copy = max(by_hash.bytes_held)
+    assert sorted(by_hash.bytes_held) == [0, 0, 0, one_copy]
+    copies = sum(b > 0 for b in at_random.bytes_held)
+    assert copies > 1 and sum(not s.hit for s in at_random.served) == copies  # one miss per machine reached
+    assert sum(not s.hit for s in by_hash.served) == 1
+
+
+def test_overflow_sends_a_busy_prefix_to_other_machines(tiny):
+    system = random_ids(tiny, 32, 6)
+    busy = [(3.0 * i, system + random_ids(tiny, 8, 200 + i)) for i in range(20)]  # 20 a minute
+    over = routing.simulate(tiny, busy, replicas=4, router="prefix hash + overflow", per_minute=5, seed=2)
+    home = first_sends(over)[over.served[0].prefix]
+    assert [s.replica for s in over.served[:5]] == [home] * 5  # the first 5 of the minute go home
+    assert home not in {s.replica for s in over.served[5:20]}  # the next 15 of that minute do not
+    assert over.repeat_hit_rate < 1 and sum(b > 0 for b in over.bytes_held) > 1
+    calm = [(t * 5, p) for t, p in busy]  # 4 a minute: under the limit, overflow routes as the hash does
+    assert [s.replica for s in routing.simulate(tiny, calm, 4, "prefix hash + overflow", per_minute=5).served] == \
+           [s.replica for s in routing.simulate(tiny, calm, 4, "prefix hash").served]
+
+
+def test_the_router_reads_only_the_prompts_first_tokens(tiny):
+    a, b = random_ids(tiny, 40, 1), random_ids(tiny, 40, 2)
+    assert routing.prefix_hash(a, 16) == routing.prefix_hash(a[:16] + b[16:], 16)
+    assert routing.prefix_hash(a, 16) != routing.prefix_hash(b[:1] + a[1:], 16)
+    assert routing.prefix_hash(a, 16) == routing.prefix_hash(list(a), 16)  # stable, not Python's salted hash
+
+
+def test_bad_input_says_what_to_do(tiny):
+    requests = routing.resend_pairs(tiny, prompts=1, tokens=20)
+    with pytest.raises(KVLibError, match="router must be one of"):
+        routing.simulate(tiny, requests, 2, router="round robin")
+    with pytest.raises(KVLibError, match="at least 1"):
+        routing.simulate(tiny, requests, 0)
+    with pytest.raises(KVLibError, match="time order"):
+        routing.simulate(tiny, requests[::-1], 2)
+
+
+def test_plot_resends_draws_a_line_per_router_and_the_chance_line(tiny):
+    requests = routing.resend_pairs(tiny, prompts=4, tokens=20)
+    runs = [routing.simulate(tiny, requests, n, r) for n in (1, 2) for r in ("prefix hash", "random")]
+    fig = routing.plot_resends(runs, "resends")
+    assert isinstance(fig, Figure)
+    lines = fig.axes[0].get_lines()
+    assert len(lines) == 3 and list(lines[0].get_ydata()) == [1.0, 1.0]
+    assert list(lines[2].get_ydata()) == [1.0, 0.5]
