@@ -60,16 +60,25 @@ def project(model, fams, dims):  # -> coords [N, dims], words, family labels
     return pca(lookup(model, ids).cpu(), dims), words, labels
 
 
-def separation(coords, labels):
-    """Share of points whose nearest family centre (left out of it) is their own family."""
+def nearest_families(coords, labels):  # -> for each point, the family whose centre is nearest to it
+    """Each centre is computed without the point itself, so a word cannot vote for its own family."""
     labels = list(labels)
-    hits = 0
+    nearest = []
     for i in range(len(labels)):
         keep = [j for j in range(len(labels)) if j != i]
-        centres = {f: coords[[j for j in keep if labels[j] == f]].mean(0) for f in set(labels)}
-        nearest = min(centres, key=lambda f: torch.dist(coords[i], centres[f]).item())
-        hits += nearest == labels[i]
-    return hits / len(labels)
+        centres = {f: coords[[j for j in keep if labels[j] == f]].mean(0) for f in dict.fromkeys(labels)}
+        nearest.append(min(centres, key=lambda f: torch.dist(coords[i], centres[f]).item()))
+    return nearest
+
+
+def separation(coords, labels):
+    """Share of points whose nearest family centre (left out of it) is their own family."""
+    return sum(n == f for n, f in zip(nearest_families(coords, labels), labels)) / len(labels)
+
+
+def separation_per_family(coords, labels):  # -> {family: share of its words nearest their own centre}
+    nearest, labels = nearest_families(coords, labels), list(labels)
+    return {f: sum(n == f for n, l in zip(nearest, labels) if l == f) / labels.count(f) for f in dict.fromkeys(labels)}
 
 
 def separation_by_dims(model, max_dims=10):  # -> [separation in 1D, 2D, ..., max_dims D]
@@ -119,13 +128,23 @@ def widths(models):  # -> {name: dims}: the loaded models' own n_embd, then the 
     return {**{m.name: m.config.n_embd for m in models}, **PUBLISHED_WIDTHS}
 
 
-def with_position(model, token_id, positions):  # -> [len(positions), C]
-    """What enters layer 0: the token's row plus each position's row (GPT-2's way of giving position)."""
+def position_table(model):  # GPT-2's learned position rows [n_ctx, C]
     if "wpe.weight" not in model.params:
         raise KVLibError(f"{model.name} adds no position table: a {model.config.arch}-family model turns each "
                          f"query and key by angles set by its position (rotary embeddings, RoPE) inside "
                          f"attention. Load a GPT-2 model (such as 'tiny') to see positions added in.")
-    wpe = model.params["wpe.weight"]
+    return model.params["wpe.weight"]
+
+
+def similarity_by_distance(model):  # -> [n_ctx - 1]: mean cosine similarity of position rows d = 1, 2, ... apart
+    unit = torch.nn.functional.normalize(position_table(model).float(), dim=-1)
+    similarity = unit @ unit.T  # [n_ctx, n_ctx]
+    return torch.stack([similarity.diagonal(d).mean() for d in range(1, len(unit))]).cpu()
+
+
+def with_position(model, token_id, positions):  # -> [len(positions), C]
+    """What enters layer 0: the token's row plus each position's row (GPT-2's way of giving position)."""
+    wpe = position_table(model)
     if max(positions) >= wpe.shape[0]:
         raise KVLibError(f"positions go up to {wpe.shape[0] - 1} for {model.name}")
     return table(model)[token_id][None] + wpe[list(positions)]

@@ -135,6 +135,20 @@ def projection(coords, words, labels, title):
     return fig
 
 
+def similarity_by_distance(sims, title):
+    """Mean cosine similarity of two position rows against how far apart they are: sims [n_ctx - 1]
+    for distances 1, 2, ...; a table of noise stays at 0, a smooth pattern falls with distance."""
+    sims = np.asarray(sims, dtype=float)
+    fig = Figure(figsize=(8, 3.2))
+    ax = fig.add_subplot()
+    ax.plot(np.arange(1, len(sims) + 1), sims, color="#3d85c6", lw=2)
+    ax.axhline(0, color="#999999", ls="--", label="0: unrelated directions")
+    ax.set_xlabel("distance between the two positions"), ax.set_ylabel("mean cosine similarity")
+    ax.set_title(title, fontsize=10), ax.grid(alpha=0.3), ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def step_costs(lengths, cached, uncached, ylabel, title):
     """Cost per decode step, with and without the cache, against the sequence length."""
     fig = Figure(figsize=(8, 3.6))

@@ -32,6 +32,31 @@ def test_separation_by_dims_matches_the_projection_and_a_trained_model_beats_a_r
     assert embeddings.dims_to_reach([0.2, 0.5], 0.95) is None
 
 
+def test_per_family_separation_hand_made_points():
+    # on a line: a, a at 0 and 0.1; b, b at 5 and 5.2; one c at 0.05 among the a's and one c at 9
+    coords = torch.tensor([[0.0], [0.1], [5.0], [5.2], [0.05], [9.0]])
+    labels = ["a", "a", "b", "b", "c", "c"]
+    # left-out centres: the c at 0.05 sees c's centre at 9 and a's at 0.05: it is taken for an a;
+    # the c at 9 sees c's centre at 0.05 and b's at 5.1: taken for a b
+    assert embeddings.nearest_families(coords, labels) == ["a", "a", "b", "b", "a", "b"]
+    assert embeddings.separation_per_family(coords, labels) == {"a": 1.0, "b": 1.0, "c": 0.0}
+    assert embeddings.separation(coords, labels) == pytest.approx(4 / 6)
+
+
+def test_position_rows_by_distance(tiny, random_gpt2, small_llama):
+    sims = embeddings.similarity_by_distance(tiny)
+    wpe = tiny.params["wpe.weight"]
+    assert sims.shape == (wpe.shape[0] - 1,)
+    for d in (1, 37, 400):  # the mean over every pair d apart, one pair at a time
+        pairs = [torch.cosine_similarity(wpe[i], wpe[i + d], dim=0) for i in range(wpe.shape[0] - d)]
+        assert sims[d - 1].item() == pytest.approx(torch.stack(pairs).mean().item(), abs=1e-5)
+    assert sims[0] > sims[-1] + 0.05                     # trained: neighbours more alike than far positions
+    # noise: about 0 wherever many pairs are averaged (the last distances have only a few pairs each)
+    assert embeddings.similarity_by_distance(random_gpt2)[:512].abs().max() < 0.02
+    with pytest.raises(kvlib.KVLibError, match="no position table"):
+        embeddings.similarity_by_distance(small_llama)
+
+
 def test_widths_put_loaded_models_before_published_ones(tiny, random_gpt2):
     dims = embeddings.widths([tiny, random_gpt2])
     assert list(dims)[:2] == ["tiny", "random-gpt2"] and dims["tiny"] == 256
