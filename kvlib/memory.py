@@ -132,7 +132,8 @@ CATALOGUE = dict([
           note="MLA: one 512-number latent plus a 64-number RoPE key per layer, shared by all 128 heads"),
     _arch("DeepSeek-V3", 61, 128, 128, 128, 7168, 131072, 671e9,
           "github.com/deepseek-ai/DeepSeek-V3 inference/configs/config_671B.json and inference/model.py",
-          "2024-12-26", mla=(512, 64)),
+          "2024-12-26", mla=(512, 64),
+          note="weights shipped in FP8, one byte per parameter (FACTS['deepseek_v3_weight_bytes']), not bf16"),
     _arch("Gemma-2-9B", 42, 16, 8, 256, 3584, 8192, 9e9, _GEMMA, "2024-06", window=4096, pattern="LG",
           note="head_dim 256 is not 3584 / 16; local and global layers alternate"),
     _arch("Gemma-2-27B", 46, 32, 16, 128, 4608, 8192, 27e9, _GEMMA, "2024-06", window=4096, pattern="LG"),
@@ -162,6 +163,11 @@ FACTS = {
                                      "is compressed to about 6 bits per element on average"),
     "kivi": ("keys per channel, values per token", "Liu et al., 2024, 'KIVI: A Tuning-Free Asymmetric 2bit "
              "Quantization for KV Cache', Sec. 1 and Fig. 2: keys have a few outlier channels"),
+    "deepseek_v3_weight_bytes": (1, "DeepSeek-V3 README and README_WEIGHTS.md (github.com/deepseek-ai/DeepSeek-V3, "
+                                 "released 2024-12-26): the weights ship in FP8 (e4m3, one byte per parameter, with a "
+                                 "scale per 128x128 block), so the 671B-parameter main model is about 671 GB, not "
+                                 "1,342 GB in bf16; the hub's files total 685B parameters with the 14B "
+                                 "multi-token-prediction module"),
     "streamingllm_sinks": (4, "Xiao et al., 2023, 'Efficient Streaming Language Models with Attention Sinks', "
                            "Sec. 3.1 and 4: keep the first 4 tokens beside a rolling window"),
 }

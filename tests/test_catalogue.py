@@ -67,3 +67,10 @@ def test_what_deepseeks_93_percent_compares():
     bf16 = 1 - memory.kv_bytes(v2, 1) / memory.kv_bytes(base, 1)
     six_bits = 1 - memory.kv_bytes(v2, 1, bytes_per_number=6 / 8) / memory.kv_bytes(base, 1)
     assert round(bf16, 3) == 0.822 and round(six_bits, 3) == memory.FACTS["deepseek_v2_kv_reduction"][0]
+
+
+def test_deepseek_v3_weights_are_counted_as_shipped_in_fp8():
+    v3 = memory.CATALOGUE["DeepSeek-V3"]
+    per_param, source = memory.FACTS["deepseek_v3_weight_bytes"]
+    assert per_param == 1 and memory.weight_bytes(v3, per_param) == 671e9  # 671 GB, half the bf16 count
+    assert "FP8" in source and "2024-12-26" in source and "FP8" in v3.note
