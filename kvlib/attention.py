@@ -81,6 +81,25 @@ def most_attended(row, tokens):  # one query's weights [S], S token texts -> (po
     return j, tokens[j], row[j].item()
 
 
+def word_or_place(before, after):  # two (trace, tokens) runs -> {kind: [(layer, head)]}
+    """Does each head's last token follow a word, or a place? Feed two texts that end alike, the second
+    with words put in between, and compare where each head's last row puts its largest weight:
+    "word": the same word, now at another distance back; "place": the same distance back, another word;
+    "both": the same word at the same distance (these texts cannot tell); "first": the first token in
+    both (an attention sink, below); "neither": anything else."""
+    (trace_a, tokens_a), (trace_b, tokens_b) = before, after
+    kinds = {kind: [] for kind in ("word", "place", "both", "first", "neither")}
+    for layer, (a, b) in enumerate(zip(trace_a.layers, trace_b.layers)):
+        for head in range(a.weights.shape[0]):
+            ja, jb = int(a.weights[head, -1].argmax()), int(b.weights[head, -1].argmax())
+            same_word = tokens_a[ja] == tokens_b[jb]
+            same_place = len(tokens_a) - ja == len(tokens_b) - jb  # as many tokens back from the last
+            kind = ("first" if ja == jb == 0 else "both" if same_word and same_place else
+                    "word" if same_word else "place" if same_place else "neither")
+            kinds[kind].append((layer, head))
+    return kinds
+
+
 def first_token_share(trace):  # -> [L, nh]: the mean weight each head gives the first token
     """Averaged over the queries after the first (the first token can only look at itself)."""
     return torch.stack([layer.weights[:, 1:, 0].mean(-1) for layer in trace.layers])

@@ -103,3 +103,38 @@ def test_new_plots_return_figures():
 def test_kv_groups_find_the_shared_key_weights(small_llama, tiny):
     assert attention.kv_groups(small_llama, 1) == [[0, 1], [2, 3]]  # 4 query heads, 2 K/V heads
     assert attention.kv_groups(tiny, 0) == [[h] for h in range(tiny.config.n_head)]  # GPT-2: one K per head
+
+
+class _Layer:  # what word_or_place reads of a trace's layer: weights [heads, T, T]
+    def __init__(self, last_rows):
+        T = len(last_rows[0])
+        self.weights = torch.zeros(len(last_rows), T, T)
+        self.weights[:, -1] = torch.tensor(last_rows)
+
+
+class _Trace:
+    def __init__(self, *layers):
+        self.layers = [_Layer(rows) for rows in layers]
+
+
+def test_word_or_place_sorts_heads_by_where_the_last_token_looks():
+    before = ["Mary", " had", " a", " little"]
+    after = ["Mary", " had", ",", " as", " you", " know", ",", " a", " little"]
+    one_hot = lambda j, n: [float(i == j) for i in range(n)]
+    rows_a = [one_hot(1, 4), one_hot(1, 4), one_hot(2, 4), one_hot(0, 4), one_hot(1, 4)]
+    rows_b = [one_hot(1, 9), one_hot(6, 9), one_hot(7, 9), one_hot(0, 9), one_hot(3, 9)]
+    # head 0 follows ' had' from 3 back to 8 back; head 1 stays 3 back and lands on ','; head 2 stays on
+    # ' a' just before the last (same word, same place); head 3 sits on the first token; head 4 neither
+    kinds = attention.word_or_place((_Trace(rows_a), before), (_Trace(rows_b), after))
+    assert kinds == {"word": [(0, 0)], "place": [(0, 1)], "both": [(0, 2)], "first": [(0, 3)], "neither": [(0, 4)]}
+
+
+def test_some_smollm2_heads_follow_had_when_words_come_between(smollm2):
+    runs = []
+    for text in ("Mary had a little", "Mary had, as you may know, a little"):
+        trace = kvlib.Trace()
+        smollm2.forward(smollm2.encode(text), trace=trace)
+        runs.append((trace, [smollm2.decode([i]) for i in smollm2.encode(text)]))
+    kinds = attention.word_or_place(*runs)
+    assert sum(map(len, kinds.values())) == smollm2.config.n_layer * smollm2.config.n_head
+    assert (10, 1) in kinds["word"] and kinds["place"] and len(kinds["first"]) > len(kinds["word"])

@@ -105,13 +105,40 @@ def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_without_smollm2(path, tmp_path, monkeypatch):
-    """Offline with no SmolLM2: every notebook still runs on tiny; exactly its `%%needs smollm2` cells
-    say how to get the model instead of running."""
-    monkeypatch.delenv("KVLIB_MODEL", raising=False)
+def test_notebook_runs_on_smollm2(path, tmp_path, monkeypatch):
+    """With SmolLM2 as the default model (a Llama: RoPE, grouped K/V heads, no position table, no biases)
+    every cell runs; a cell that only makes sense for GPT-2 says so instead of failing."""
+    monkeypatch.setenv("KVLIB_MODEL", "smollm2")
+    nb = run(path, tmp_path)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            assert out.get("name") != "stderr", f"{path.name}: stderr output: {out.get('text', '')[:500]}"
+
+
+@pytest.fixture(scope="session")
+def gpt2_format_dir(tmp_path_factory):
+    """A GPT-2 checkpoint as `save_pretrained` writes it (what a downloaded GPT-2 is on disk): tiny's
+    trained weights, so the lessons' claims about a trained model still hold."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kvlib import models
+
+    out = tmp_path_factory.mktemp("gpt2-format")
+    AutoModelForCausalLM.from_pretrained(models.TINY_DIR).save_pretrained(out)
+    AutoTokenizer.from_pretrained(models.TINY_DIR).save_pretrained(out)
+    return out
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_in_gpt2_format_without_smollm2(path, tmp_path, monkeypatch, gpt2_format_dir):
+    """Offline with no SmolLM2, on a model loaded from a directory in GPT-2's format: every notebook
+    runs; exactly its `%%needs smollm2` cells say how to get the model instead of running."""
+    monkeypatch.setenv("KVLIB_MODEL", str(gpt2_format_dir))
     monkeypatch.setenv("KVLIB_HOME", str(tmp_path / "kvlib-home"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     nb = run(path, tmp_path)
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    assert str(gpt2_format_dir) in "".join(o.get("text", "") for o in first.outputs)  # it was the model used
     for cell in nb.cells:
         if cell.cell_type == "code":
             skipped = any("python -m kvlib download smollm2" in o.get("text", "") for o in cell.outputs)

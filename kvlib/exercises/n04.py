@@ -6,13 +6,13 @@ from ..trace import Trace
 MARY = "Mary had a little"
 
 
-@exercise("04.row_sum", tolerance=0.01,
-          hint="Softmax turns a row of scores into shares of one whole.",
-          explain="Every row sums to {answer}: softmax makes the weights shares of one whole, so a token can only "
-                  "move its attention around, never get more of it.")
-def row_sum(model):
-    """What does one row of attention weights add up to?"""
-    return round(attention.explain(model, MARY).weights[-1].sum().item(), 4)
+@exercise("04.first_row", tolerance=0.01,
+          hint="The mask hides every later token from the first one: what is left for it to weigh?",
+          explain="{answer}: the first token may see only itself, so softmax gives all of its one unit of weight "
+                  "to itself, in every head of every layer.")
+def first_row(model):
+    """In layer 0, head 0, how much weight does the first token of "Mary had a little" give to itself?"""
+    return round(attention.explain(model, MARY).weights[0, 0].item(), 4)
 
 
 @exercise("04.mary_top_word", uses=("smollm2",),
@@ -35,10 +35,15 @@ def layer10_head1(smollm2):
     return attention.most_attended(trace.layers[10].weights[1, -1], tokens)[1].strip()
 
 
-@exercise("04.heads_per_kv", uses=("smollm2",),
-          hint="Divide the number of query heads by the number of K/V heads (the model's line says both).",
-          explain="{answer} query heads read each K/V head: SmolLM2 computes and caches 3 keys and values per token "
-                  "and layer instead of 9.")
-def heads_per_kv(smollm2):
-    """How many of SmolLM2's query heads share one K/V head?"""
-    return smollm2.config.n_head // smollm2.config.n_kv_head
+@exercise("04.keys_per_layer", uses=("smollm2",),
+          hint="One key per token for each K/V head (not each query head): count SmolLM2's tokens for the prompt "
+               "in the grid above.",
+          explain="{answer} keys: one per token for each of the layer's K/V heads. Nine query heads read them, "
+                  "but keys are computed (and in notebook 5 cached) per K/V head.")
+def keys_per_layer(smollm2):
+    """How many key vectors (rows of K, all heads together) does one layer of SmolLM2 compute for
+    "Mary had a little"?"""
+    trace = Trace()
+    smollm2.forward(smollm2.encode(MARY), trace=trace)
+    heads, tokens, _ = trace.layers[0].k.shape  # [n_kv_head, T, head_dim]
+    return heads * tokens
