@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from .models import KVLibError
 from .prompt_cache import ManualClock, PromptCache
 
-OPENAI_HASH_TOKENS = 256       # "typically uses the first 256 tokens" (OpenAI's guide, above)
 OPENAI_OVERFLOW_PER_MINUTE = 15  # "approximately 15 requests per minute" per prefix (OpenAI's guide, above)
 ROUTERS = ("prefix hash", "prefix hash + overflow", "random")
 
@@ -45,6 +44,7 @@ class Served:
     input_tokens: int
     cached_tokens: int
     repeat: bool        # had a request with the same first tokens been sent before (to any machine)?
+    first_replica: int  # the machine that served the first request with these first tokens
 
     @property
     def hit(self):
@@ -88,7 +88,7 @@ def simulate(model, requests, replicas, router="prefix hash", hash_tokens=16, bl
     clock, rng = ManualClock(), random.Random(seed)
     caches = [PromptCache(model, block_size=block_size, clock=clock) for _ in range(replicas)]
     recent = {}    # prefix -> times of its recent requests sent to its own machine (overflow only)
-    seen, served = set(), []
+    first, served = {}, []  # prefix -> the machine its first request went to
     for t, prompt in requests:
         if t < clock.now:
             raise KVLibError(f"requests must come in time order: one at {t} s follows one at {clock.now} s")
@@ -104,8 +104,9 @@ def simulate(model, requests, replicas, router="prefix hash", hash_tokens=16, bl
             replica = home
             recent.setdefault(key, deque()).append(t)
         r = caches[replica].prefill(ids).receipt
-        served.append(Served(t, key[:6], replica, r.input_tokens, r.cached_tokens, key in seen))
-        seen.add(key)
+        repeat = key in first
+        first.setdefault(key, replica)
+        served.append(Served(t, key[:6], replica, r.input_tokens, r.cached_tokens, repeat, first[key]))
     return Run(router, replicas, tuple(served), tuple(pc.nbytes for pc in caches))
 
 

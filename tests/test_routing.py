@@ -10,13 +10,6 @@ from kvlib import KVLibError, routing
 from kvlib.bench import random_ids
 
 
-def first_sends(run):  # prefix -> the replica its first request went to
-    out = {}
-    for s in run.served:
-        out.setdefault(s.prefix, s.replica)
-    return out
-
-
 def test_prefix_hash_routing_hits_on_every_repeat(tiny):
     requests = routing.resend_pairs(tiny, prompts=8, tokens=40)
     run = routing.simulate(tiny, requests, replicas=4, router="prefix hash")
@@ -30,8 +23,7 @@ def test_prefix_hash_routing_hits_on_every_repeat(tiny):
 def test_random_routing_hits_exactly_when_a_resend_lands_on_its_first_machine(tiny):
     requests = routing.resend_pairs(tiny, prompts=40, tokens=20)
     run = routing.simulate(tiny, requests, replicas=4, router="random", seed=3)
-    home = first_sends(run)
-    assert all(s.hit == (s.replica == home[s.prefix]) for s in run.repeats)
+    assert all(s.hit == (s.replica == s.first_replica) for s in run.repeats)
     assert any(s.hit for s in run.repeats) and not all(s.hit for s in run.repeats)
     # 40 resends, each on the right machine with chance 1/4: within 3 standard deviations of a quarter
     assert abs(run.repeat_hit_rate - 1 / 4) <= 3 * math.sqrt(1 / 4 * 3 / 4 / 40)
@@ -55,9 +47,10 @@ def test_overflow_sends_a_busy_prefix_to_other_machines(tiny):
     system = random_ids(tiny, 32, 6)
     busy = [(3.0 * i, system + random_ids(tiny, 8, 200 + i)) for i in range(20)]  # 20 a minute
     over = routing.simulate(tiny, busy, replicas=4, router="prefix hash + overflow", per_minute=5, seed=2)
-    home = first_sends(over)[over.served[0].prefix]
+    home = over.served[0].replica
     assert [s.replica for s in over.served[:5]] == [home] * 5  # the first 5 of the minute go home
     assert home not in {s.replica for s in over.served[5:20]}  # the next 15 of that minute do not
+    assert {s.first_replica for s in over.served} == {home}
     assert over.repeat_hit_rate < 1 and sum(b > 0 for b in over.bytes_held) > 1
     calm = [(t * 5, p) for t, p in busy]  # 4 a minute: under the limit, overflow routes as the hash does
     assert [s.replica for s in routing.simulate(tiny, calm, 4, "prefix hash + overflow", per_minute=5).served] == \
