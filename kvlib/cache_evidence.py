@@ -9,6 +9,13 @@ outputs), shown by measuring real runs rather than by argument.
   object the next step reads, and that step's logits move: the new token's own query is
   scored against every cached key, and its weights mix every cached value. Putting another
   prompt's K and V into the cache turns the model into one that read that other prompt.
+- `gathered_instead_of_given`: why V and not the attention output O. A cached V row is what a
+  token gives whoever reads it; its O row is what it gathered from the others. Give the new
+  token the old tokens' O in place of their V, in one layer or in all, and the next prediction
+  moves away from the uncached run's, while the true K and V reproduce it.
+- `new_row`: why not Q. The new token's row of attention, computed by hand from its own query
+  and the cached K and V (the cache has no queries to offer), equals the uncached pass's last
+  row; an old token's query in its place gives another row.
 - `cached_step` and `step_shapes`: one decode step with the cache, traced, and the shapes of
   what it computed: one query row against all the cached keys.
 
@@ -17,6 +24,7 @@ TransformerLens's tests/integration/test_kv_cache.py, and tests/test_kv_cache.py
 these functions show why it holds.
 """
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -106,6 +114,66 @@ def swap_effects(model, ids, other_ids, next_ids):
         results[label] = model.forward(next_ids, cache=cache)[-1]
     results["other"] = model.forward(other_ids + model.check_ids(next_ids).tolist())[-1]
     return results
+
+
+def kl_divergence(logits_p, logits_q):  # [V], [V] -> nats
+    """KL(p || q) of the two next-token distributions: 0 when they are the same, larger as q strays from p."""
+    log_p, log_q = (torch.log_softmax(x.float(), -1) for x in (logits_p, logits_q))
+    return max((log_p.exp() * (log_p - log_q)).sum().item(), 0.0)
+
+
+def gathered_instead_of_given(model, ids, new_id, layers):
+    """Prefill `ids`, then feed `new_id` from two copies of the cache: as it is ("K and V"), and with the
+    V rows of each layer in `layers` replaced by the old tokens' attention outputs ("K and O"). Returns the
+    last logits of both, and of ids + [new_id] run without a cache ("uncached")."""
+    ids = model.check_ids(ids).tolist()
+    if not all(0 <= layer < model.config.n_layer for layer in layers):
+        raise KVLibError(f"{model.name} has layers 0..{model.config.n_layer - 1}, not {list(layers)}")
+    cache, trace = model.new_cache(), Trace()
+    model.forward(ids, cache=cache, trace=trace)
+    swapped = cache.copy()
+    for layer in layers:
+        gathered = trace.layers[layer].out  # [nh, P, hs]: weights · V, what each old token took from the others
+        values = swapped.layers[layer].values  # [nkv, P, hs]: what each gives whoever reads it; a view of the copy
+        # grouped heads: nh // nkv query heads read one V head, so its stand-in is the mean of what they gathered
+        values[:] = gathered.view(values.shape[0], -1, *gathered.shape[1:]).mean(1)
+    return {"uncached": model.forward(ids + [int(new_id)])[-1],
+            "K and V": model.forward([new_id], cache=cache)[-1],
+            "K and O": model.forward([new_id], cache=swapped)[-1]}
+
+
+def attention_row(q, K, V):  # q [nh, 1, hs], K and V [nkv, S, hs] -> weights [nh, 1, S], out [nh, 1, hs]
+    """One new token's attention from its query and the cached keys and values, and nothing else. No
+    mask: a new token may read every cached token, itself included."""
+    K, V = (t.repeat_interleave(q.shape[0] // t.shape[0], 0) for t in (K, V))  # query head h reads K/V head h // group
+    weights = torch.softmax(q @ K.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)  # [nh, 1, S]
+    return weights, weights @ V
+
+
+@dataclass
+class NewRow:
+    full: torch.Tensor            # [nh, 1, S] the last row of the weights in a pass over all tokens, no cache
+    from_cache: torch.Tensor      # [nh, 1, S] attention_row(the new token's q, the cached K, V)
+    old_query: torch.Tensor       # [nh, 1, S] attention_row(the previous token's q, the same K, V)
+    out_full: torch.Tensor        # [nh, 1, hs] the full pass's last output row
+    out_from_cache: torch.Tensor  # [nh, 1, hs] attention_row's output from the new q and the cache
+
+
+def new_row(model, ids, layer):
+    """The last token of `ids`, fed as a decode step after the others were cached: its attention row at
+    `layer` from the uncached pass, by hand from its own query and the cache, and by hand with the previous
+    token's query in place of its own."""
+    ids = model.check_ids(ids).tolist()
+    if len(ids) < 2 or not 0 <= layer < model.config.n_layer:
+        raise KVLibError(f"give at least 2 tokens and a layer in 0..{model.config.n_layer - 1}")
+    full, step, cache = Trace(), Trace(), model.new_cache()
+    model.forward(ids, trace=full)                        # every token's query, key and value; no cache
+    model.forward(ids[:-1], cache=cache)                  # the old tokens: the cache keeps their K and V only
+    model.forward(ids[-1:], cache=cache, trace=step)      # the new token: its q, its k and v join the cache
+    K, V = cache.layers[layer].keys, cache.layers[layer].values  # [nkv, S, hs]
+    weights, out = attention_row(step.layers[layer].q, K, V)
+    previous, _ = attention_row(full.layers[layer].q[:, -2:-1], K, V)
+    return NewRow(full.layers[layer].weights[:, -1:], weights, previous, full.layers[layer].out[:, -1:], out)
 
 
 def cached_step(model, ids):

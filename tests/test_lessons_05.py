@@ -1,5 +1,6 @@
 """Notebook 5's evidence: old tokens' rows never change, the next step reads only the cached K and V
-(and changing them changes it), the shapes of one cached step, and its multiply-adds by part."""
+(and changing them changes it), V and not the attention outputs, no old query, the shapes of one
+cached step, its multiply-adds by part, and the cached loop the learner writes."""
 
 import re
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from kvlib import KVLibError, cache_evidence, memory, plots, widgets
+from kvlib import KVLibError, cache_evidence, exercises, memory, plots, widgets
 from kvlib.models import Config
 
 GPT2_SMALL = Config(12, 12, 768, 1024, 50257)
@@ -82,6 +83,113 @@ def test_smollm2_evidence(smollm2):
     runs = cache_evidence.swap_effects(smollm2, ids, smollm2.encode("The capital of Germany"), " is")
     word = lambda logits: smollm2.decode([int(logits.argmax())])
     assert word(runs["none"]) == " Paris" and word(runs["V"]) == " Berlin" == word(runs["other"])
+
+
+def test_kl_divergence():
+    a, b = torch.tensor([2.0, 1.0, 0.0]), torch.tensor([0.0, 1.0, 2.0])
+    assert cache_evidence.kl_divergence(a, a) == 0
+    p, q = torch.softmax(a, -1), torch.softmax(b, -1)
+    assert abs(cache_evidence.kl_divergence(a, b) - (p * (p / q).log()).sum().item()) < 1e-6
+    assert cache_evidence.kl_divergence(a, b + 5) == pytest.approx(cache_evidence.kl_divergence(a, b), abs=1e-6)
+
+
+def given_or_gathered(model, ids, new_id, layers):
+    runs = cache_evidence.gathered_instead_of_given(model, ids, new_id, layers)
+    assert set(runs) == {"uncached", "K and V", "K and O"}
+    assert (runs["uncached"] - model.forward(model.check_ids(ids).tolist() + [new_id])[-1]).abs().max() == 0
+    return {label: (logits - runs["uncached"]).abs().max().item() for label, logits in runs.items()}, runs
+
+
+@pytest.mark.parametrize("name", ["tiny", "small_llama"])
+def test_what_a_token_gathered_cannot_stand_for_what_it_gives(request, name):
+    model = request.getfixturevalue(name)
+    ids = [5, 17, 99, 3, 42]
+    for layer in range(model.config.n_layer):
+        off, _ = given_or_gathered(model, ids, 11, [layer])
+        assert off["K and V"] < 1e-4 and off["K and O"] > 1e-2, (layer, off)
+    with pytest.raises(KVLibError, match="layers 0.."):
+        cache_evidence.gathered_instead_of_given(model, ids, 11, [model.config.n_layer])
+
+
+def test_gathered_replaces_values_in_the_named_layers_only(tiny, monkeypatch):
+    """The "K and O" cache differs from the real one in exactly the V rows of the layers named; a token that
+    could only read itself (position 0) gathered exactly what it gives."""
+    seen = []
+    forward = tiny.forward
+    monkeypatch.setattr(tiny, "forward", lambda ids, cache=None, **kw: (seen.append(cache and cache.copy()),
+                                                                       forward(ids, cache=cache, **kw))[1])
+    cache_evidence.gathered_instead_of_given(tiny, [5, 17, 99, 3], 11, [1, 3])
+    real, swapped = seen[-2], seen[-1]  # the caches the two one-token steps read, before they appended
+    for layer, (a, b) in enumerate(zip(real.layers, swapped.layers)):
+        assert (a.keys == b.keys).all()
+        changed = (a.values - b.values).abs().amax(dim=(0, 2))  # [P]
+        assert changed[0] < 1e-5  # O = V for the first token
+        assert (changed[1:].min() > 1e-3) if layer in (1, 3) else (changed.max() == 0), layer
+
+
+def test_smollm2_needs_what_each_token_gives(smollm2):
+    france, fed = smollm2.encode("The capital of France"), smollm2.encode(" is")[0]
+    off, runs = given_or_gathered(smollm2, france, fed, [20])
+    word = lambda logits: smollm2.decode([int(logits.argmax())])
+    assert off["K and V"] < 1e-4 and off["K and O"] > 1e-2 and word(runs["K and V"]) == " Paris"
+    off, runs = given_or_gathered(smollm2, france, fed, range(smollm2.config.n_layer))
+    assert cache_evidence.kl_divergence(runs["uncached"], runs["K and O"]) > 1 and word(runs["K and O"]) != " Paris"
+
+
+@pytest.mark.parametrize("name", ["tiny", "small_llama", "smollm2"])
+def test_the_new_row_uses_no_old_query(request, name):
+    model = request.getfixturevalue(name)
+    ids = [5, 17, 99, 3, 42, 8] if name != "smollm2" else model.encode("Mary had a little bit")
+    for layer in (0, model.config.n_layer - 1):
+        row = cache_evidence.new_row(model, ids, layer)
+        S = len(ids)
+        assert row.full.shape == row.from_cache.shape == row.old_query.shape == (model.config.n_head, 1, S)
+        assert (row.full - row.from_cache).abs().max() < 1e-5
+        assert (row.out_full - row.out_from_cache).abs().max() < 1e-4
+        assert (row.old_query - row.full).abs().max() > 1e-3  # the row does depend on which query reads (100x the match)
+
+
+def test_attention_row_is_the_models_attention(small_llama):
+    """By hand, grouped heads included: the row equals the model's own cached step, as traced."""
+    from kvlib.trace import Trace
+
+    cache, trace = small_llama.new_cache(), Trace()
+    small_llama.forward([5, 17, 99], cache=cache)
+    small_llama.forward([3], cache=cache, trace=trace)
+    t = trace.layers[1]
+    weights, out = cache_evidence.attention_row(t.q, cache.layers[1].keys, cache.layers[1].values)
+    assert torch.allclose(weights, t.weights, atol=1e-6) and torch.allclose(out, t.out, atol=1e-6)
+    with pytest.raises(KVLibError, match="at least 2 tokens"):
+        cache_evidence.new_row(small_llama, [5], 0)
+
+
+def cached_loop(model, prompt_ids, n):  # a learner's right answer to 05.cached_loop
+    cache, ids = model.new_cache(), []
+    logits = model.forward(prompt_ids, cache=cache)
+    for _ in range(n):
+        ids.append(int(logits[-1].argmax()))
+        logits = model.forward([ids[-1]], cache=cache)
+    return ids
+
+
+def loop_without_the_new_token(model, prompt_ids, n):  # a common slip: the cache is fed, the token is not
+    cache, ids = model.new_cache(), []
+    logits = model.forward(prompt_ids, cache=cache)
+    for _ in range(n):
+        ids.append(int(logits[-1].argmax()))
+        logits = model.forward(prompt_ids[-1:], cache=cache)
+    return ids
+
+
+@pytest.mark.parametrize("name", ["tiny", "small_llama"])
+def test_the_cached_loop_exercise(request, name):
+    model = request.getfixturevalue(name)
+    prompt = model.encode("Mary had a little")
+    assert exercises.check("05.cached_loop", cached_loop(model, prompt, 20), model).correct is True
+    assert exercises.check("05.cached_loop", loop_without_the_new_token(model, prompt, 20), model).correct is False
+    assert exercises.check("05.cached_loop", cached_loop(model, prompt, 19), model).correct is False
+    stub = exercises.check("05.cached_loop", ..., model)  # the notebook's untouched stub returns ...
+    assert stub.correct is None and "Replace" in stub.verdict.value
 
 
 @pytest.mark.parametrize("name, kv_heads", [("tiny", None), ("small_llama", 2)])
