@@ -2,6 +2,7 @@
 
 from . import exercise
 from .. import cache_evidence, memory
+from ..generate import generate
 
 
 @exercise("05.k_rows", hint="Each forward pass appends one K row per token it is fed, in every layer; "
@@ -56,3 +57,13 @@ def smollm2_bytes(smollm2):
     cache = smollm2.new_cache()
     smollm2.forward(smollm2.encode("The capital of France is"), cache=cache)
     return cache.nbytes // len(cache)
+
+
+@exercise("05.cached_loop",
+          hint="Feed the prompt once into a new cache; after that, feed only the token you just picked (the cache "
+               "already holds the rest), and pick each token as the argmax of the last row of logits.",
+          explain="kvlib.generate's greedy ids: {answer}. Your loop is right when it matches them token for token.")
+def cached_loop(model):
+    """Write greedy generation with a KV cache, using model.forward(ids, cache=cache): the 20 token ids that
+    follow "Mary had a little"."""
+    return generate(model, "Mary had a little", 20, stop_at_eos=False).ids
