@@ -16,7 +16,7 @@ from .models import KVLibError
 
 # candidate families; each model keeps the words that are one token in its own vocabulary
 FAMILIES = {
-    "numbers": "one two three four five six seven eight nine ten twenty hundred thousand",
+    "number words": "one two three four five six seven eight nine ten twenty hundred thousand",
     "kin and rank": "king queen lord lady duke prince father mother brother sister son daughter wife husband",
     "names": "Romeo Juliet Hamlet Caesar Brutus Richard Henry John Edward Antonio",
     "body": "hand eye head heart face blood tongue arm",
