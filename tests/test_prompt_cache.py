@@ -3,6 +3,7 @@
 import random
 import threading
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -515,3 +516,24 @@ def test_anthropic_prices_use_the_lowest_published_minimum():
     lowest = min(pricing.ANTHROPIC_MIN_TOKENS.values())
     assert all(p.min_tokens == lowest for p in pricing.EXPLICIT.values())
     assert max(pricing.ANTHROPIC_MIN_TOKENS.values()) == 4 * lowest  # 1,024 to 4,096: the notebook says so
+
+
+@pytest.mark.parametrize("name", ["tiny", "small_llama"])
+def test_the_cache_holds_only_the_prompts_k_and_v_never_the_answer(request, name):
+    """Per block: a hash for a name, and per layer K and V of [n_kv_heads, block, head_dim]; answering
+    (any seed) neither adds nor changes a stored number (notebook 6 shows this on the learner's model)."""
+    model = request.getfixturevalue(name)
+    pc = kvlib.PromptCache(model, block_size=8)
+    prompt = ids(30, 4)
+    first = pc.answer(prompt, max_new_tokens=10, temperature=1.0, seed=0)
+    stored = {key: [t.clone() for t in b.keys + b.values] for key, b in pc.blocks.items()}
+    later = [pc.answer(prompt, max_new_tokens=10, temperature=1.0, seed=s) for s in (1, 2)]
+    assert len({tuple(a.ids) for a in [first] + later}) > 1
+    assert stored.keys() == pc.blocks.keys() and all(isinstance(k, bytes) and len(k) == 16 for k in stored)
+    for key, tensors in stored.items():
+        assert all(torch.equal(a, b) for a, b in zip(pc.blocks[key].keys + pc.blocks[key].values, tensors))
+    cfg = model.config
+    assert {tuple(t.shape) for ts in stored.values() for t in ts} == {(cfg.n_kv_head, 8, cfg.head_dim)}
+    assert all(len(ts) == 2 * cfg.n_layer for ts in stored.values())
+    assert 8 * len(stored) == first.receipt.written_tokens == 24  # 3 blocks of the prompt's first 29 tokens
+    assert pc.nbytes == 24 * memory_bytes(model)
