@@ -16,7 +16,8 @@ def first_row(model):
 
 
 @exercise("04.mary_top_word", uses=("smollm2",),
-          hint="Not the nursery rhyme: look at the top-5 the model printed, not at what you remember.",
+          hint="Run the next cell to see its top 5, then try again: most text that starts like this is not the "
+               "nursery rhyme.",
           explain="SmolLM2 ranks {answer!r} first after 'Mary had a little', and with a small probability "
                   "(printed above): most text that starts like this is not the rhyme.")
 def mary_top_word(smollm2):
