@@ -1,27 +1,19 @@
 """Notebook 1's exercises: answers computed live from the models the notebook passes."""
 
 from . import exercise
-from ..generate import feed_loop, generate, softmax_at
+from ..generate import feed_loop, softmax_at
 
 CAPITAL = "The capital of France is"
 
 
 @exercise("01.capital", uses=("smollm2",),
           hint="It is a well-known fact; type the word alone, without the space before it.",
-          explain="SmolLM2's highest score after 'The capital of France is' goes to the token ' {answer}' "
-                  "(with its leading space): a trained model has learned facts from its text.")
+          explain="This copy of SmolLM2 gives its highest score after 'The capital of France is' to the token "
+                  "' {answer}' (with its leading space). Its training text most likely held that fact many times; "
+                  "one prompt shows what it picks, not why.")
 def capital(smol):
     """What word does SmolLM2 pick greedily after "The capital of France is"?"""
     return smol.decode([int(smol.forward(CAPITAL)[-1].argmax())]).strip()
-
-
-@exercise("01.passes", hint="Each new token needs the model's scores for what comes next: one run each.",
-          explain="{answer} forward passes: one per new token. Without a cache each pass reads the whole "
-                  "sequence so far, which is why it gets slower as the text grows.")
-def passes(model):
-    """How many forward passes does generating 10 tokens take without a cache?"""
-    gen = generate(model, "ROMEO.\n", 10, use_cache=False, stop_at_eos=False)
-    return len(gen.step_seconds)  # one timed forward pass per step
 
 
 @exercise("01.tokens_read", uses=("smollm2",),
@@ -32,6 +24,19 @@ def tokens_read(smol):
     """Without a cache, how many tokens does SmolLM2 read in all (summed over the steps) to write 10 tokens
     after the 5-token prompt "The capital of France is"?"""
     return sum(len(fed) for fed in feed_loop(smol, CAPITAL, 10, "whole").inputs)
+
+
+@exercise("01.doubling", uses=("smollm2",), tolerance=0.03,
+          hint="Twice the passes, but the later passes are longer: add up the inputs of 20 steps "
+               "(5, 6, ... 24) and divide by the 10-step total.",
+          explain="About {answer:.2f} times: twice as many passes, and the extra passes are the longest ones. "
+                  "Without a cache the reading grows faster than the answer (with the square of its length, "
+                  "for long answers); notebook 5's cache makes it grow in step.")
+def doubling(smol):
+    """Without a cache, writing 20 tokens after the 5-token question takes twice the forward passes of writing 10.
+    How many times as many tokens does SmolLM2 read in all?"""
+    read = [len(fed) for fed in feed_loop(smol, CAPITAL, 20, "whole").inputs]  # tokens fed at each step
+    return sum(read) / sum(read[:10])  # greedy: the first 10 steps are the 10-token run
 
 
 @exercise("01.hotter", uses=("smollm2",),
