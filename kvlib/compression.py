@@ -11,11 +11,12 @@ baseline) and once with its cache compressed, and returns a `Result`:
 The text is `heldout_ids`: *Measure for Measure*, a play the bundled `tiny` model never
 saw in training (kvlib/assets/README.md).
 
-Four ways real models shrink the cache:
-- grouped K/V heads (GQA, MQA), here made from a trained model's heads by averaging;
-- a quantized cache (int8, int4), per token or per channel, as KIVI does;
-- a sliding window (the oldest tokens dropped), with or without attention sinks;
-- SmolLM2's own grouped heads, which it was trained with.
+Three ways real models shrink the cache, measured here:
+- grouped K/V heads (GQA, MQA), here made from a trained model's heads by averaging (heads
+  trained grouped from the start, as SmolLM2's, have no ungrouped twin to measure against);
+- a quantized cache (int2 to int8), keys per token or per channel, as KIVI does, and
+  `key_channel_spread`, which shows why the choice matters on one model and not another;
+- a sliding window (the oldest tokens dropped), with or without attention sinks.
 Shapes, as in gpt2.py: T tokens, V vocabulary, nh query heads, nkv K/V heads, hs head size.
 """
 
@@ -199,6 +200,21 @@ def quantized_kv(model, ids, bits, keys="channel", values="token", recent=0):
     return _measure(name, model, ids_t, torch.cat(logits), bytes_per_token)
 
 
+def key_channel_spread(model, ids):  # -> list[float], one per layer
+    """How far the cached keys' largest channel stands out: per layer, the largest |key| any
+    channel reaches over the text, divided by the median channel's largest |key|, averaged
+    over K/V heads. About 1-2 when channels are alike; KIVI (Liu et al., 2024) found a few
+    channels far larger in real models' keys, which is why it quantizes keys per channel:
+    a group along a channel shares that channel's range instead of an outlier's."""
+    cache = model.new_cache()
+    model.forward(model.check_ids(ids), cache=cache)
+    spread = []
+    for layer in cache.layers:
+        peak = layer.keys.abs().amax(1).float()  # [nkv, N, hs] -> [nkv, hs]: each channel's largest |key|
+        spread.append((peak.amax(-1) / peak.median(-1).values).mean().item())
+    return spread
+
+
 # --- a sliding window --------------------------------------------------------------------------
 
 def sliding_window(model, ids, window, sinks=0):
@@ -223,20 +239,3 @@ def sliding_window(model, ids, window, sinks=0):
     held = window + sinks  # tokens the cache holds at the end of the text
     return _measure(f"sliding window of {window} + {sinks} sink tokens", model, ids_t, logits,
                     _baseline_bytes(model) * held / len(ids_t))
-
-
-# --- grouped heads as trained ------------------------------------------------------------------
-
-def smollm2_gqa_saving(smollm2, n_tokens=64):
-    """What SmolLM2's 3 K/V heads cache against an MHA of the same shape (one K/V head per query head).
-
-    It costs nothing at inference: the model was trained with its groups, there is no MHA twin
-    to lose quality against. loss and baseline_loss are the model's own on the held-out text."""
-    c = smollm2.config
-    if c.n_kv_head == c.n_head:
-        raise KVLibError(f"{smollm2.name} has one K/V head per query head: give a model with grouped heads (smollm2)")
-    ids = smollm2.check_ids(heldout_ids(smollm2, n_tokens))
-    loss = _losses(_log_probs(_baseline_logits(smollm2, ids)), ids).mean().item()
-    mha = memory.kv_bytes_per_token(c.n_layer, c.n_head, c.head_dim, smollm2.dtype.itemsize)
-    return Result(f"{c.n_kv_head} K/V heads for {c.n_head} query heads, as trained", _baseline_bytes(smollm2),
-                  mha, loss, loss, 0.0)
