@@ -200,8 +200,11 @@ class PromptCache:
         return list(zip([0] + ends[:-1], ends))
 
     def block_keys(self, ids, tenant, spans):
-        """The chained hash of every block: each names its whole prefix (and tenant)."""
-        key = ("*" if self.share_across_tenants else f"tenant:{tenant}").encode()
+        """The chained hash of every block: each names its whole prefix (and tenant). The tenant's name
+        is hashed on its own first, to a fixed 16 bytes: were it joined to the tokens' bytes, a name
+        ending in token bytes could forge another tenant's key (tested)."""
+        name = ("*" if self.share_across_tenants else f"tenant:{tenant}").encode()
+        key = hashlib.blake2b(name, digest_size=16).digest()
         keys = []
         for start, end in spans:
             block = torch.tensor(ids[start:end], dtype=torch.int64).numpy().tobytes()

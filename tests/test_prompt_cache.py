@@ -131,6 +131,21 @@ def test_tenants_never_hit_each_others_prefixes(tiny):
     assert shared.prefill(prompt, tenant="mallory").receipt.cached_tokens == 48  # the leak it demonstrates
 
 
+def test_a_crafted_tenant_name_cannot_forge_another_tenants_block(tiny):
+    """Were the tenant's name and the tokens' bytes hashed as one string, a tenant named "alice" plus the
+    bytes of alice's first 8 tokens, marking its first 8 tokens as a prefix, would hash to alice's
+    16-token block: a hit on K and V computed for other tokens at other positions. The name is hashed
+    on its own first, so no name can stand in for tokens."""
+    prompt = list(range(10, 40))  # ids under 128: their int64 bytes are ASCII, so they can spell a name
+    pc = kvlib.PromptCache(tiny, block_size=16, mode="explicit")
+    assert pc.prefill(prompt, tenant="alice", cache_control=16).receipt.written_tokens == 16
+    forged = "alice" + torch.tensor(prompt[:8], dtype=torch.int64).numpy().tobytes().decode("ascii")
+    attack = pc.prefill(prompt[8:], tenant=forged, cache_control=8)
+    assert attack.receipt.cached_tokens == 0
+    assert torch.allclose(attack.logits, tiny.forward(prompt[8:])[-1], atol=1e-4)  # its own tokens' answer
+    assert pc.prefill(prompt, tenant="alice", cache_control=16).receipt.cached_tokens == 16  # alice still hits
+
+
 def test_concurrent_requests_all_get_correct_results(tiny):
     """Four threads, two tenants, a budget of 12 blocks for two 8-block system prompts: evictions race with hits."""
     per_block = 8 * memory_bytes(tiny)
