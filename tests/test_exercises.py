@@ -56,6 +56,16 @@ def test_words_match_whatever_their_case_and_spaces():
     assert not ex.matches("Pari", "Paris") and not ex.matches("alittle bit", "a little bit")
 
 
+def test_ids_match_as_a_list_a_tuple_or_a_tensor():
+    import torch
+
+    ex = exercises.Exercise("00.ids", "q", None, "h", "e", (), 0.0)
+    assert ex.matches([1, 2, 3], [1, 2, 3]) and ex.matches((1, 2, 3), [1, 2, 3])
+    assert ex.matches(torch.tensor([1, 2, 3]), [1, 2, 3])  # a learner's loop may return a tensor
+    assert not ex.matches(torch.tensor([1, 2]), [1, 2, 3]) and not ex.matches([1, 2, 4], [1, 2, 3])
+    assert not ex.matches("1 2 3", [1, 2, 3]) and not ex.matches(None, [1, 2, 3])
+
+
 def test_a_number_is_not_a_yes_or_a_no():
     ex = exercises.Exercise("00.b", "q", None, "h", "e", (), 0.0)
     assert ex.matches(False, False) and ex.matches(True, True)

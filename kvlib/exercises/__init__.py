@@ -34,6 +34,9 @@ class Exercise:
             return isinstance(guess, bool) and guess == right
         if isinstance(right, str):  # a word: case and spaces do not count (" Paris", "paris")
             return isinstance(guess, str) and words(guess) == words(right)
+        if isinstance(right, (list, tuple)):  # ids: a list, a tuple or a tensor of them
+            guess = guess.tolist() if hasattr(guess, "tolist") else guess
+            return isinstance(guess, (list, tuple)) and list(guess) == list(right)
         if not isinstance(right, (int, float)):
             return guess == right
         if isinstance(guess, bool):
