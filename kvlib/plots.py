@@ -149,6 +149,25 @@ def similarity_by_distance(sims, title):
     return fig
 
 
+def resend_hits(runs, title):
+    """Share of immediate resends that hit against the number of replicas, one line per router
+    (routing.Run records); the dashed line is 1/replicas, a random pick's chance of the right machine."""
+    fig = Figure(figsize=(7, 3.4))
+    ax = fig.add_subplot()
+    routers = list(dict.fromkeys(r.router for r in runs))
+    for k, name in enumerate(routers):
+        mine = sorted((r.replicas, r.repeat_hit_rate) for r in runs if r.router == name)
+        ax.plot(*zip(*mine), marker=MARKERS[k], color=FAMILY_COLOURS[k], label=f"router: {name}")
+    ns = sorted({r.replicas for r in runs})
+    ax.plot(ns, [1 / n for n in ns], "--", color="#999999", label="1 / replicas")
+    ax.set_xticks(ns), ax.set_xlabel("replicas (machines, each with its own cache)")
+    ax.set_ylim(0, 1.05), ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
+    ax.set_ylabel("resends that hit"), ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8), ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def step_costs(lengths, cached, uncached, ylabel, title):
     """Cost per decode step, with and without the cache, against the sequence length."""
     fig = Figure(figsize=(8, 3.6))

@@ -6,7 +6,7 @@ import math
 import pytest
 from matplotlib.figure import Figure
 
-from kvlib import KVLibError, routing
+from kvlib import KVLibError, plots, routing
 from kvlib.bench import random_ids
 
 
@@ -74,10 +74,10 @@ def test_bad_input_says_what_to_do(tiny):
         routing.simulate(tiny, requests[::-1], 2)
 
 
-def test_plot_resends_draws_a_line_per_router_and_the_chance_line(tiny):
+def test_resend_plot_draws_a_line_per_router_and_the_chance_line(tiny):
     requests = routing.resend_pairs(tiny, prompts=4, tokens=20)
     runs = [routing.simulate(tiny, requests, n, r) for n in (1, 2) for r in ("prefix hash", "random")]
-    fig = routing.plot_resends(runs, "resends")
+    fig = plots.resend_hits(runs, "resends")
     assert isinstance(fig, Figure)
     lines = fig.axes[0].get_lines()
     assert len(lines) == 3 and list(lines[0].get_ydata()) == [1.0, 1.0]
