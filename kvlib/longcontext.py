@@ -11,7 +11,7 @@ import torch
 
 from . import memory
 from .bench import random_ids, timed
-from .gpt2 import attention
+from .llama import grouped_attention
 from .models import Config, KVLibError
 
 ATTENTION = "attention (scores and mixing)"
@@ -115,7 +115,8 @@ def mistakes_table(name, context, bytes_per_number=2):
 
 def cache_read_seconds(model, lengths, repeats=5, seed=0):
     """Seconds that one decode step's attention takes, in all layers, over a cache of each length in
-    `lengths`: one query per head scored against n cached keys and mixing n values (gpt2.attention).
+    `lengths`: one query per head scored against n cached keys and mixing n values, read per K/V head
+    as the model caches them (llama.grouped_attention; with as many K/V heads as query heads, GPT-2's).
 
     The cache is random numbers in the model's shape (heads × head size), so the lengths may go past
     the model's context: this is the part of a step that grows with the cache, timed alone. As in
@@ -123,13 +124,13 @@ def cache_read_seconds(model, lengths, repeats=5, seed=0):
     c, g, lengths = model.config, torch.Generator().manual_seed(seed), sorted(int(n) for n in lengths)
     rand = lambda *shape: torch.randn(*shape, generator=g).to(model.device)
     q = rand(c.n_head, 1, c.head_dim)  # [nh, 1, hs]: the new token's queries
-    caches = [(rand(c.n_head, n, c.head_dim), rand(c.n_head, n, c.head_dim), torch.zeros(1, n, device=model.device))
-              for n in lengths]  # K, V [nh, n, hs] and a mask [1, n] that lets the new token see them all
+    caches = [(rand(c.n_kv_head, n, c.head_dim), rand(c.n_kv_head, n, c.head_dim), torch.zeros(1, n, device=model.device))
+              for n in lengths]  # K, V [n_kv_head, n, hs] as cached, and a mask [1, n] that lets the new token see all
     best = [float("inf")] * len(lengths)
     with torch.inference_mode(), one_thread():
         for round in range(repeats + 1):
             for i, (k, v, mask) in enumerate(caches):
-                _, seconds = timed(lambda: [attention(q, [k], [v], mask) for _ in range(c.n_layer)], model.device)
+                _, seconds = timed(lambda: [grouped_attention(q, [k], [v], mask) for _ in range(c.n_layer)], model.device)
                 if round:
                     best[i] = min(best[i], seconds)
     return lengths, best

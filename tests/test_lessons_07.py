@@ -120,6 +120,18 @@ def test_cache_read_grows_with_the_cache_past_the_context(tiny):
     assert seconds[1] > 4 * seconds[0]  # 64x the tokens read: far slower, whatever the machine
 
 
+def test_cache_read_times_the_cache_in_the_models_shape(small_llama, monkeypatch):
+    """A grouped-head model is timed reading its K/V heads (2 here), not one per query head (4)."""
+    read = []
+    real = longcontext.grouped_attention
+    monkeypatch.setattr(longcontext, "grouped_attention",
+                        lambda q, ks, vs, mask: read.append((q.shape, ks[0].shape, vs[0].shape)) or real(q, ks, vs, mask))
+    longcontext.cache_read_seconds(small_llama, [8], repeats=1)
+    c = small_llama.config
+    assert c.n_kv_head < c.n_head
+    assert set(read) == {((c.n_head, 1, c.head_dim), (c.n_kv_head, 8, c.head_dim), (c.n_kv_head, 8, c.head_dim))}
+
+
 def test_one_thread_restores_the_thread_count():
     import torch
     before = torch.get_num_threads()
