@@ -56,7 +56,7 @@ def test_each_notebook_is_a_lesson(path):
         assert part in markdown, f"{path.name} lacks {part!r}"
     assert markdown.count("> 📖 **") >= 3, f"{path.name}: fewer than 3 glossary entries"
     words = len(re.findall(r"[A-Za-z][A-Za-z'-]*", markdown))
-    assert 700 <= words <= 1450, f"{path.name}: {words} words of prose (about a thousand: pictures and widgets carry the rest)"
+    assert 1000 <= words <= 1450, f"{path.name}: {words} words of prose (about a thousand: pictures and widgets carry the rest)"
     tagged = [c for c in cells(path) if "exercise" in c["metadata"].get("tags", [])]
     assert len(tagged) >= 2, f"{path.name}: {len(tagged)} exercise cells"
     for cell in tagged:
