@@ -119,7 +119,7 @@ def swap_effects(model, ids, other_ids, next_ids):
 def kl_divergence(logits_p, logits_q):  # [V], [V] -> nats
     """KL(p || q) of the two next-token distributions: 0 when they are the same, larger as q strays from p."""
     log_p, log_q = (torch.log_softmax(x.float(), -1) for x in (logits_p, logits_q))
-    return max((log_p.exp() * (log_p - log_q)).sum().item(), 0.0)
+    return max(torch.nn.functional.kl_div(log_q, log_p, log_target=True, reduction="sum").item(), 0.0)  # no -1e-9
 
 
 def gathered_instead_of_given(model, ids, new_id, layers):

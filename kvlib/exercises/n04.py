@@ -6,6 +6,13 @@ from ..trace import Trace
 MARY = "Mary had a little"
 
 
+def read_mary(model):  # -> the Trace of one pass over MARY, and its tokens as text
+    ids = model.encode(MARY)
+    trace = Trace()
+    model.forward(ids, trace=trace)
+    return trace, [model.decode([i]) for i in ids]
+
+
 @exercise("04.first_row", tolerance=0.01,
           hint="The mask hides every later token from the first one: what is left for it to weigh?",
           explain="{answer}: the first token may see only itself, so softmax gives all of its one unit of weight "
@@ -30,9 +37,7 @@ def mary_top_word(smollm2):
           explain="In SmolLM2's layer 10, head 1, the last token ' little' puts most of its weight on {answer!r}.")
 def layer10_head1(smollm2):
     """In SmolLM2's layer 10, head 1, which earlier word does the last token of "Mary had a little" weigh most?"""
-    trace = Trace()
-    smollm2.forward(smollm2.encode(MARY), trace=trace)
-    tokens = [smollm2.decode([i]) for i in smollm2.encode(MARY)]
+    trace, tokens = read_mary(smollm2)
     return attention.most_attended(trace.layers[10].weights[1, -1], tokens)[1].strip()
 
 
@@ -42,9 +47,7 @@ def layer10_head1(smollm2):
           explain="{answer} keys: one per token for each of the layer's K/V heads. Nine query heads read them, "
                   "but keys are computed (and in notebook 5 cached) per K/V head.")
 def keys_per_layer(smollm2):
-    """How many key vectors (rows of K, all heads together) does one layer of SmolLM2 compute for
+    """How many rows of K, counted over every K/V head, does one layer of SmolLM2 compute for
     "Mary had a little"?"""
-    trace = Trace()
-    smollm2.forward(smollm2.encode(MARY), trace=trace)
-    heads, tokens, _ = trace.layers[0].k.shape  # [n_kv_head, T, head_dim]
+    heads, tokens, _ = read_mary(smollm2)[0].layers[0].k.shape  # [n_kv_head, T, head_dim]
     return heads * tokens
