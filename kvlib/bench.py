@@ -11,8 +11,9 @@ kvlib did before) and with no prompt cache at all (what a 0 % hit rate costs).
 suite (`python -m kvlib bench --out DIR`): all of it on GPT-2's shape and SmolLM2 at
 several prompt lengths, written to DIR/bench.json, DIR/bench.md and plots.
 
-Every clock read here first waits for the device (`models.synchronize`): a GPU runs
-ahead of Python, and a clock read without waiting times the queueing, not the work.
+The measuring tools themselves (a clock that waits for the device, random prompts, the bytes
+and bare matmuls of a step) live in measure.py, which the lessons use too; this module composes
+them. Every clock read waits for the device first: a GPU runs ahead of Python.
 """
 
 import functools
@@ -28,50 +29,7 @@ import torch
 
 from . import memory, models
 from .generate import generate
-
-
-def timed(fn, device="cpu"):
-    """(fn(), seconds it took), the device's queued work finished on both sides of the clock."""
-    models.synchronize(device)
-    t0 = time.perf_counter()
-    out = fn()
-    models.synchronize(device)
-    return out, time.perf_counter() - t0
-
-
-def read_bandwidth(device="cpu", nbytes=512 * 2**20, repeats=5):
-    """Bytes per second `device` reads from its own memory (a big tensor there summed, best of a few)."""
-    x = torch.ones(nbytes // 4, device=device)
-    x.sum()  # warm up: a GPU's first kernel pays for its launch
-    return nbytes / min(timed(x.sum, device)[1] for _ in range(repeats))
-
-
-def weight_bytes(model):
-    """Bytes of weights one decode step reads: every matrix once, but only a row of a lookup table."""
-    lookups = {"wte.weight", "wpe.weight", "embed_tokens.weight"}  # the output head is its own [C, V] copy
-    tensors = [t for k, t in model.params.items() if k != "h" and k not in lookups]
-    tensors += [t for layer in model.params["h"] for t in layer.values()]
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def bare_matmul_seconds(model, repeats=5):
-    """Median seconds of one decode step's weight matmuls alone: every matrix of every layer and the
-    output head times one token's vector, back to back, nothing else. What torch itself reaches."""
-    weights = [w for layer in model.params["h"] for w in layer.values() if w.ndim == 2]  # [in, out] each
-    weights.append(model.params["lm_head.weight"])  # [C, V]
-    xs = {n: torch.randn(1, n, device=model.device, dtype=model.dtype) for n in {w.shape[0] for w in weights}}
-
-    def step():
-        for w in weights:
-            torch.mm(xs[w.shape[0]], w)  # [1, in] @ [in, out]
-
-    step()  # warm up
-    return statistics.median(timed(step, model.device)[1] for _ in range(repeats))
-
-
-def random_ids(model, n, seed):
-    """n token ids drawn from the model's vocabulary, the same for the same seed."""
-    return torch.randint(0, model.config.vocab_size, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+from .measure import bare_matmul_seconds, random_ids, read_bandwidth, step_weight_bytes, timed
 
 
 class Arrivals:
@@ -158,7 +116,7 @@ def same_tokens(rows):
 def decode(name="random-gpt2", prompt_len=32, new_tokens=128, seed=0, device="cpu"):
     model, hf = load_pair(name, device)
     r = decode_rates(model, hf, prompt_len, new_tokens, seed=seed)
-    nbytes = weight_bytes(model)
+    nbytes = step_weight_bytes(model)
     return {**r, "model": model, "floor": nbytes / read_bandwidth(model.device), "weight_bytes": nbytes,
             "bare": bare_matmul_seconds(model)}
 
@@ -277,7 +235,7 @@ def suite_model(name, device, prompts, cached_tokens, cache_prompt_tokens, bandw
     """Everything the suite measures on one model, as plain numbers for JSON."""
     model, hf = load_pair(name, device)
     say(f"{model}")
-    nbytes, bare = weight_bytes(model), bare_matmul_seconds(model)
+    nbytes, bare = step_weight_bytes(model), bare_matmul_seconds(model)
     floor = nbytes / bandwidth
     say(f"  floor {floor * 1e3:.1f} ms/token ({nbytes / 1e6:.0f} MB of weights), bare matmuls {bare * 1e3:.1f} ms")
     decodes = []

@@ -15,7 +15,7 @@ import numpy as np
 from scipy.stats import mannwhitneyu
 
 from . import memory
-from .bench import random_ids
+from .measure import random_ids
 from .prompt_cache import PromptCache
 
 

@@ -10,8 +10,8 @@ from contextlib import contextmanager
 import torch
 
 from . import memory
-from .bench import random_ids, timed
 from .llama import grouped_attention
+from .measure import random_ids, timed
 from .models import Config, KVLibError
 
 ATTENTION = "attention (scores and mixing)"

@@ -28,6 +28,7 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
+from .measure import random_ids
 from .models import KVLibError
 from .prompt_cache import ManualClock, PromptCache
 
@@ -119,7 +120,6 @@ def _busy(times, now, per_minute):  # has this prefix's own machine taken per_mi
 def resend_pairs(model, prompts, tokens=40, seconds_between=10, seed=0):
     """The seed essay's test: `prompts` new prompts (random tokens, so no two share a start), each sent
     and at once (1 s later) sent again; a new prompt every `seconds_between` seconds. -> [(seconds, ids)]"""
-    from .bench import random_ids
     out = []
     for k in range(prompts):
         ids = random_ids(model, tokens, seed + k)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import kvlib
-from kvlib import bench, models
+from kvlib import bench, measure, models
 from kvlib.generate import generate
 from kvlib.prompt_cache import PromptCache
 
@@ -53,7 +53,7 @@ def test_prefill_seconds_wait_for_the_device(tiny, events):
 
 
 def test_timed_waits_on_both_sides_of_the_work(events):
-    out, seconds = bench.timed(lambda: events.append("work") or 7, "cpu")
+    out, seconds = measure.timed(lambda: events.append("work") or 7, "cpu")
     assert out == 7 and seconds >= 0
     assert events == ["sync", "clock", "work", "sync", "clock"]
 
@@ -68,7 +68,7 @@ def test_read_bandwidth_reads_the_memory_of_the_device_it_measures(monkeypatch):
     devices = []
     real_ones = torch.ones
     monkeypatch.setattr(torch, "ones", lambda *a, device=None, **k: devices.append(device) or real_ones(*a, **k))
-    assert bench.read_bandwidth("cpu", nbytes=2**20, repeats=1) > 0
+    assert measure.read_bandwidth("cpu", nbytes=2**20, repeats=1) > 0
     assert devices == ["cpu"]
 
 
@@ -80,11 +80,11 @@ def test_gpt2_head_is_a_contiguous_copy_of_its_token_table(tiny):
     every = sum(t.numel() for k, t in tiny.params.items() if k != "h") + \
         sum(t.numel() for layer in tiny.params["h"] for t in layer.values())
     lookups = table.numel() + tiny.params["wpe.weight"].numel()
-    assert bench.weight_bytes(tiny) == (every - lookups) * 4
+    assert measure.step_weight_bytes(tiny) == (every - lookups) * 4
 
 
 def test_bare_matmuls_of_a_step_take_time(tiny):
-    assert 0 < bench.bare_matmul_seconds(tiny, repeats=2) < 1
+    assert 0 < measure.bare_matmul_seconds(tiny, repeats=2) < 1
 
 
 def test_decode_needs_two_tokens_to_time_between(tiny):

@@ -7,7 +7,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from kvlib import KVLibError, plots, routing
-from kvlib.bench import random_ids
+from kvlib.measure import random_ids
 
 
 def test_prefix_hash_routing_hits_on_every_repeat(tiny):

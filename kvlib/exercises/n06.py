@@ -3,7 +3,7 @@ passes (random prompts of a given length) or by pricing a receipt with the publi
 
 from . import exercise
 from .. import memory, pricing
-from ..bench import random_ids
+from ..measure import random_ids
 from ..prompt_cache import ManualClock, PromptCache, Receipt
 
 

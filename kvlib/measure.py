@@ -1,0 +1,58 @@
+"""Measuring tools every lesson and the benchmark share: a clock that waits for the device,
+random prompts, and the bytes and bare matmuls a decode step cannot do without.
+
+Every clock read here first waits for the device (`models.synchronize`): a GPU runs
+ahead of Python, and a clock read without waiting times the queueing, not the work.
+"""
+
+import statistics
+import time
+
+import torch
+
+from . import models
+
+
+def timed(fn, device="cpu"):
+    """(fn(), seconds it took), the device's queued work finished on both sides of the clock."""
+    models.synchronize(device)
+    t0 = time.perf_counter()
+    out = fn()
+    models.synchronize(device)
+    return out, time.perf_counter() - t0
+
+
+def random_ids(model, n, seed):
+    """n token ids drawn from the model's vocabulary, the same for the same seed."""
+    return torch.randint(0, model.config.vocab_size, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def read_bandwidth(device="cpu", nbytes=512 * 2**20, repeats=5):
+    """Bytes per second `device` reads from its own memory (a big tensor there summed, best of a few)."""
+    x = torch.ones(nbytes // 4, device=device)
+    x.sum()  # warm up: a GPU's first kernel pays for its launch
+    return nbytes / min(timed(x.sum, device)[1] for _ in range(repeats))
+
+
+def step_weight_bytes(model):
+    """Bytes of a loaded model's weights that one decode step reads: every matrix once, but only a
+    row of each lookup table."""
+    lookups = {"wte.weight", "wpe.weight", "embed_tokens.weight"}  # the output head is its own [C, V] copy
+    tensors = [t for k, t in model.params.items() if k != "h" and k not in lookups]
+    tensors += [t for layer in model.params["h"] for t in layer.values()]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def bare_matmul_seconds(model, repeats=5):
+    """Median seconds of one decode step's weight matmuls alone: every matrix of every layer and the
+    output head times one token's vector, back to back, nothing else. What torch itself reaches."""
+    weights = [w for layer in model.params["h"] for w in layer.values() if w.ndim == 2]  # [in, out] each
+    weights.append(model.params["lm_head.weight"])  # [C, V]
+    xs = {n: torch.randn(1, n, device=model.device, dtype=model.dtype) for n in {w.shape[0] for w in weights}}
+
+    def step():
+        for w in weights:
+            torch.mm(xs[w.shape[0]], w)  # [1, in] @ [in, out]
+
+    step()  # warm up
+    return statistics.median(timed(step, model.device)[1] for _ in range(repeats))
