@@ -5,13 +5,12 @@ names...) that overlap on a line and come apart as dimensions are added;
 `separation` counts it. The position embedding is a second table added in, so the
 same token at two positions enters the model as two different points.
 
-Widths of models kvlib does not load, from their papers: Radford et al., "Language Models
-are Unsupervised Multitask Learners" (2019), table 2 (GPT-2 small: 768, XL: 1600); the Llama Team,
-"The Llama 3 Herd of Models" (2024), table 3 (Llama 3 8B: 4096, 70B: 8192).
+Widths of models kvlib does not load come from memory.CATALOGUE, where each carries its source.
 """
 
 import torch
 
+from . import memory
 from .models import KVLibError
 
 # candidate families; each model keeps the words that are one token in its own vocabulary
@@ -119,9 +118,9 @@ def neighbours(model, word, k=8):  # -> [(token text, cosine similarity)]
     return [(model.decode([i]), round(sims[i].item(), 3)) for i in top if i != token][:k]
 
 
-# published widths (n_embd) of models kvlib does not load; the sources are in the module docstring
-PUBLISHED_WIDTHS = {"GPT-2 small (Radford et al. 2019)": 768, "GPT-2 XL (Radford et al. 2019)": 1600,
-                    "Llama 3 8B (Llama Team 2024)": 4096, "Llama 3 70B (Llama Team 2024)": 8192}
+# published widths (n_embd) of models kvlib does not load, labelled with the year of their source
+PUBLISHED_WIDTHS = {f"{a.name} ({a.date[:4]})": a.hidden
+                    for a in map(memory.CATALOGUE.get, ("GPT-2 small", "GPT-2 XL", "Llama-3-8B", "Llama-3-70B"))}
 
 
 def widths(models):  # -> {name: dims}: the loaded models' own n_embd, then the published ones

@@ -12,16 +12,13 @@ import torch
 from . import memory
 from .llama import grouped_attention
 from .measure import random_ids, timed
-from .models import Config, KVLibError
+from .models import KVLibError
 
 ATTENTION = "attention (scores and mixing)"
 
-# shapes to count multiply-adds with, without loading weights (the tests check them against the live models)
-SHAPES = {
-    "GPT-2 small": Config(n_layer=12, n_head=12, n_embd=768, n_ctx=1024, vocab_size=50257),
-    "SmolLM2-135M": Config(n_layer=30, n_head=9, n_embd=576, n_ctx=8192, vocab_size=49152, arch="llama",
-                           n_kv_head=3, head_dim=64, n_inner=1536, rope_theta=100000.0),
-}
+# shapes to count multiply-adds with, without loading weights: the catalogue's (sourced there; the tests
+# check them against the live models)
+SHAPES = {name: memory.as_config(memory.CATALOGUE[name]) for name in ("GPT-2 small", "SmolLM2-135M")}
 
 
 @contextmanager

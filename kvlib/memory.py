@@ -83,6 +83,9 @@ class Architecture:
     window: int = None  # sliding-window span of the local layers, in tokens
     pattern: str = "G"  # the layers' repeating pattern: L local (windowed), G global; tiled over n_layer
     mla: tuple = None   # multi-head latent attention: (latent, rope) numbers cached per layer per token
+    vocab: int = None   # vocabulary size and feed-forward width, given where kvlib counts the model's
+    ffn: int = None     # multiply-adds (as_config); the rest are only sized
+    family: str = None  # kvlib's forward pass of this shape ("gpt2" or "llama"), where it has one
     source: str = ""
     date: str = ""
     note: str = ""
@@ -101,14 +104,19 @@ def _arch(name, n_layer, n_head, n_kv_head, head_dim, hidden, context, params, s
                               source=source, date=date, **extra)
 
 
-_GPT2 = "huggingface.co/openai-community/{}/config.json (Radford et al., 2019)"
+def _gpt2(name, n_layer, n_head, hidden, params, repo):  # one K/V head per query head, 1,024 positions
+    return _arch(name, n_layer, n_head, n_head, hidden // n_head, hidden, 1024, params,
+                 f"huggingface.co/openai-community/{repo}/config.json (Radford et al., 2019)", "2019-02",
+                 vocab=50257, ffn=4 * hidden, family="gpt2")  # n_inner is null in the configs: 4 x hidden
+
+
 _LLAMA3 = "github.com/meta-llama/llama-models models/sku_list.py and the Llama 3 model card"
 _GEMMA = "github.com/google-deepmind/gemma gemma/gm/nn/_gemma.py, and the models' config.json on the hub"
 CATALOGUE = dict([
-    _arch("GPT-2 small", 12, 12, 12, 64, 768, 1024, 124e6, _GPT2.format("gpt2"), "2019-02"),
-    _arch("GPT-2 medium", 24, 16, 16, 64, 1024, 1024, 355e6, _GPT2.format("gpt2-medium"), "2019-02"),
-    _arch("GPT-2 large", 36, 20, 20, 64, 1280, 1024, 774e6, _GPT2.format("gpt2-large"), "2019-02"),
-    _arch("GPT-2 XL", 48, 25, 25, 64, 1600, 1024, 1.5e9, _GPT2.format("gpt2-xl"), "2019-02"),
+    _gpt2("GPT-2 small", 12, 12, 768, 124e6, "gpt2"),
+    _gpt2("GPT-2 medium", 24, 16, 1024, 355e6, "gpt2-medium"),
+    _gpt2("GPT-2 large", 36, 20, 1280, 774e6, "gpt2-large"),
+    _gpt2("GPT-2 XL", 48, 25, 1600, 1.5e9, "gpt2-xl"),
     _arch("Llama-2-7B", 32, 32, 32, 128, 4096, 4096, 7e9,
           "github.com/meta-llama/llama MODEL_CARD.md (only 70B uses GQA) and configs of meta-llama/Llama-2-7b-hf",
           "2023-07", note="multi-head attention: one K/V head per query head"),
@@ -142,7 +150,8 @@ CATALOGUE = dict([
     _arch("Gemma-3-27B", 62, 32, 16, 128, 5376, 131072, 27e9, _GEMMA + "; Gemma 3 technical report (2025)",
           "2025-03", window=1024, pattern="LLLLLG"),
     _arch("SmolLM2-135M", 30, 9, 3, 64, 576, 8192, 135e6,
-          "HuggingFaceTB/SmolLM2-135M config.json (Allal et al., 2025); live in kvlib", "2024-11"),
+          "HuggingFaceTB/SmolLM2-135M config.json (Allal et al., 2025); live in kvlib", "2024-11",
+          vocab=49152, ffn=1536, family="llama"),
 ])
 
 GPUS = {  # nominal memory, decimal gigabytes as vendors state them
@@ -180,6 +189,20 @@ def of_model(model):
     n_params += sum(t.numel() for layer in model.params["h"] for t in layer.values())
     return Architecture(model.name, c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.n_embd, c.n_ctx, n_params,
                         source="the loaded model", date="live")
+
+
+def as_config(arch):
+    """A catalogued architecture as a kvlib Config, to count its multiply-adds without loading weights
+    (only for entries that give a vocabulary, a feed-forward width and a kvlib family)."""
+    from .models import Config, KVLibError  # models loads weights; the catalogue's formulas need none of that
+
+    if None in (arch.vocab, arch.ffn, arch.family):
+        countable = [a.name for a in CATALOGUE.values() if None not in (a.vocab, a.ffn, a.family)]
+        raise KVLibError(f"{arch.name}: the catalogue sizes its cache but gives no vocabulary, feed-forward width "
+                         f"or kvlib family to count its multiply-adds with; pick one of {', '.join(countable)}")
+    return Config(n_layer=arch.n_layer, n_head=arch.n_head, n_embd=arch.hidden, n_ctx=arch.context,
+                  vocab_size=arch.vocab, arch=arch.family, n_kv_head=arch.n_kv_head, head_dim=arch.head_dim,
+                  n_inner=arch.ffn)
 
 
 def kv_bytes_per_layer(arch, context, bytes_per_number=2):

@@ -3,7 +3,7 @@ equal to real tensors wherever kvlib runs the model, and the classic mistakes me
 
 import pytest
 
-from kvlib import memory
+from kvlib import KVLibError, memory
 
 KB = {  # bytes per token in bf16, worked out by hand from each source: 2 (K, V) x layers x KV heads x head_dim x 2
     "GPT-2 small": 2 * 12 * 12 * 64 * 2, "GPT-2 XL": 2 * 48 * 25 * 64 * 2, "Llama-2-7B": 2 * 32 * 32 * 128 * 2,
@@ -74,3 +74,10 @@ def test_deepseek_v3_weights_are_counted_as_shipped_in_fp8():
     per_param, source = memory.FACTS["deepseek_v3_weight_bytes"]
     assert per_param == 1 and memory.weight_bytes(v3, per_param) == 671e9  # 671 GB, half the bf16 count
     assert "FP8" in source and "2024-12-26" in source and "FP8" in v3.note
+
+
+def test_only_entries_that_give_a_vocabulary_and_feed_forward_become_configs():
+    c = memory.as_config(memory.CATALOGUE["GPT-2 XL"])
+    assert (c.n_layer, c.n_head, c.n_embd, c.n_inner, c.vocab_size, c.arch) == (48, 25, 1600, 6400, 50257, "gpt2")
+    with pytest.raises(KVLibError, match="pick one of GPT-2 small"):
+        memory.as_config(memory.CATALOGUE["Llama-3-8B"])

@@ -60,8 +60,8 @@ def test_position_rows_by_distance(tiny, random_gpt2, small_llama):
 def test_widths_put_loaded_models_before_published_ones(tiny, random_gpt2):
     dims = embeddings.widths([tiny, random_gpt2])
     assert list(dims)[:2] == ["tiny", "random-gpt2"] and dims["tiny"] == 256
-    assert dims["random-gpt2"] == dims["GPT-2 small (Radford et al. 2019)"] == 768
-    assert dims["Llama 3 70B (Llama Team 2024)"] == 8192
+    assert dims["random-gpt2"] == dims["GPT-2 small (2019)"] == 768
+    assert dims["Llama-3-70B (2024)"] == 8192
 
 
 def test_top_next_gives_the_models_probabilities_and_fills_a_trace(tiny):
