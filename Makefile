@@ -1,5 +1,5 @@
-# Two commands: `make lab` opens the tutorial, `make test` runs every test.
-# Both create the environment in .venv first if it is not there yet.
+# `make lab` opens the tutorial, `make test` runs every test (CI), `make check` the fast ones (the inner loop).
+# Each creates the environment in .venv first if it is not there yet.
 # setup_kvlib.py makes the environment here
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -13,13 +13,17 @@ ROOT_FLAG   := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # the browser tests drive Debian's Chromium with Playwright
 CHROMIUM    := /usr/bin/chromium
 
-.PHONY: lab test bench install models clean
+.PHONY: lab test check bench install models clean
 
 lab: $(STAMP) models
 	$(VENV)/bin/jupyter lab notebooks $(ROOT_FLAG)
 
 test: $(STAMP) models $(CHROMIUM)
 	$(PY) -m pytest -q --durations=10 tests
+
+# every test but those marked slow (the notebooks run by nbclient and in the browser): seconds, not minutes
+check: $(STAMP) models
+	$(PY) -m pytest -q -m "not slow" --durations=5 tests
 
 bench: $(STAMP)
 	$(PY) -m kvlib bench

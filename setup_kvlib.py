@@ -3,6 +3,7 @@
     python setup_kvlib.py          # create .venv, install kvlib and its tools, fetch SmolLM2
     python setup_kvlib.py lab      # the same if needed, then open JupyterLab on the notebooks
     python setup_kvlib.py test     # the same if needed, then run the tests
+    python setup_kvlib.py check    # the same if needed, then the fast tests (no notebook runs)
 
 On Windows use `py setup_kvlib.py`. Only the standard library is used, so any Python 3.10+
 runs it. The Makefile calls this script too, so both paths install the same things.
@@ -65,18 +66,22 @@ def test():
     sys.exit(run(venv_bin("python"), "-m", "pytest", "-q", "--durations=10", "tests", check=False))
 
 
+def check():
+    sys.exit(run(venv_bin("python"), "-m", "pytest", "-q", "-m", "not slow", "--durations=5", "tests", check=False))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("step", nargs="?", default="setup", choices=["setup", "install", "models", "lab", "test"])
+    p.add_argument("step", nargs="?", default="setup", choices=["setup", "install", "models", "lab", "test", "check"])
     p.add_argument("--torch", default=os.environ.get("TORCH", "torch==2.13.0"), help="the torch requirement")
     p.add_argument("--torch-index", default=os.environ.get("TORCH_INDEX") or None,
                    help="e.g. https://download.pytorch.org/whl/cpu for the small CPU-only build")
     args = p.parse_args()
     if args.step == "install" or (args.step != "models" and not up_to_date()):
         install(args.torch, args.torch_index)
-    if args.step in ("setup", "models", "lab", "test"):
+    if args.step in ("setup", "models", "lab", "test", "check"):
         models()
-    {"lab": lab, "test": test}.get(args.step, lambda: None)()
+    {"lab": lab, "test": test, "check": check}.get(args.step, lambda: None)()
 
 
 if __name__ == "__main__":
