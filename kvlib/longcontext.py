@@ -5,6 +5,7 @@ cached key and mixes every cached value, in every layer: the work (and the bytes
 of attention grows linearly with the context, while the weight matmuls stay fixed.
 """
 
+import bisect
 from contextlib import contextmanager
 
 import torch
@@ -13,6 +14,7 @@ from . import memory
 from .llama import grouped_attention
 from .measure import random_ids, timed
 from .models import KVLibError
+from .texttable import text_table
 
 ATTENTION = "attention (scores and mixing)"
 
@@ -73,14 +75,10 @@ def attention_share(config, lengths):
 
 def attention_overtakes(config, limit=10_000_000):
     """The smallest context (cached tokens) at which a decode step's attention multiply-adds exceed all
-    the others together (weights and logits); found by bisection, as the share only grows with context."""
-    lo, hi = 0, limit
-    if attention_share(config, [hi])[0] <= 0.5:
-        return None
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if attention_share(config, [mid])[0] > 0.5 else (mid, hi)
-    return hi
+    the others together (weights and logits); None if not within `limit`. Found by bisection, as the share
+    only grows with context."""
+    share = lambda n: attention_share(config, [n])[0]
+    return bisect.bisect_right(range(limit + 1), 0.5, key=share) if share(limit) > 0.5 else None
 
 
 def _size(nbytes):
@@ -89,14 +87,9 @@ def _size(nbytes):
 
 def kv_table(names, contexts=(8192, 131072, 1048576), bytes_per_number=2):
     """A text table: each catalogued model's KV cache for one sequence at each context, beside its weights."""
-    head = f"{'model':<16}" + "".join(f"{f'{n:,} tokens':>18}" for n in contexts) + f"{'weights':>12}"
-    rows = [head, "-" * len(head)]
-    for name in names:
-        arch = memory.CATALOGUE[name]
-        rows.append(f"{name:<16}" + "".join(f"{_size(memory.kv_bytes(arch, n, 1, bytes_per_number)):>18}"
-                                            for n in contexts)
-                    + f"{_size(memory.weight_bytes(arch, bytes_per_number)):>12}")
-    return "\n".join(rows)
+    rows = [[name] + [_size(memory.kv_bytes(arch, n, 1, bytes_per_number)) for n in contexts]
+            + [_size(memory.weight_bytes(arch, bytes_per_number))] for name, arch in zip(names, map(memory.CATALOGUE.get, names))]
+    return text_table(["model"] + [f"{n:,} tokens" for n in contexts] + ["weights"], rows)
 
 
 def mistakes_table(name, context, bytes_per_number=2):
@@ -104,10 +97,10 @@ def mistakes_table(name, context, bytes_per_number=2):
     wrong = memory.mistakes(memory.CATALOGUE[name], context, bytes_per_number)
     if not wrong:
         return f"{name}: none of the classic mistakes applies"
-    width = max(map(len, wrong))
-    rows = [f"{name} at {context:,} tokens: right answer {_size(next(iter(wrong.values()))[1])}"]
-    rows += [f"  {mistake:<{width}}  {_size(w):>10}  ({w / r:.2f}x the right answer)" for mistake, (w, r) in wrong.items()]
-    return "\n".join(rows)
+    right = next(iter(wrong.values()))[1]
+    rows = [[mistake, _size(w), f"{w / r:.2f}x"] for mistake, (w, r) in wrong.items()]
+    return (f"{name} at {context:,} tokens: right answer {_size(right)}\n"
+            + text_table(["mistake", "estimate", "of the right answer"], rows))
 
 
 def cache_read_seconds(model, lengths, repeats=5, seed=0):

@@ -8,7 +8,10 @@ T tokens only, and attention of each new token over everything before it. Groupe
 KV heads (Llama family) shrink both the cache and the K and V projections.
 """
 
+import bisect
 from dataclasses import dataclass, replace
+
+from .texttable import text_table
 
 
 def kv_bytes_per_token(n_layer, n_kv_heads, head_dim, bytes_per_number=4):
@@ -56,14 +59,11 @@ def macs_table(config, lengths):
     steps = {n: (decode_step_macs_by_part(config, n, True), decode_step_macs_by_part(config, n, False))
              for n in lengths}
     parts = list(next(iter(steps.values()))[0]) + ["whole step"]
-    total = lambda macs: sum(macs.values())
-    cell = lambda macs, part: (total(macs) if part == "whole step" else macs[part]) / 1e6
-    width, col = max(map(len, parts)), 19
-    heads = [f"{'':<{width}}" + "".join(f" | {f'{n} tokens':^{col}}" for n in lengths),
-             f"{'millions of multiply-adds':<{width}}" + f" | {'cached':>8} {'uncached':>10}" * len(lengths)]
-    rows = [f"{part:<{width}}" + "".join(f" | {cell(c, part):>8,.1f} {cell(u, part):>10,.0f}"
-                                         for c, u in steps.values()) for part in parts]
-    return "\n".join(heads + ["-" * len(heads[1])] + rows)
+    cell = lambda macs, part: (sum(macs.values()) if part == "whole step" else macs[part]) / 1e6
+    header = ["millions of multiply-adds"] + [h for n in lengths for h in (f"{n} tokens\ncached", "uncached")]
+    rows = [[part] + [x for c, u in steps.values() for x in (f"{cell(c, part):,.1f}", f"{cell(u, part):,.0f}")]
+            for part in parts]
+    return text_table(header, rows)
 
 
 # ---- the catalogue: real architectures, their KV cache at any context ----
@@ -226,11 +226,8 @@ def crossover_context(arch, bytes_per_number=2, batch=1, limit=10_000_000):
     weights = weight_bytes(arch, bytes_per_number)
     if kv_bytes(arch, limit, batch, bytes_per_number) <= weights:
         return None
-    low, high = 0, limit  # kv_bytes grows with the context: bisect
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if kv_bytes(arch, mid, batch, bytes_per_number) <= weights else (low, mid)
-    return high
+    # kv_bytes only grows with the context, so the contexts are sorted by it: bisect for the first above
+    return bisect.bisect_right(range(limit + 1), weights, key=lambda n: kv_bytes(arch, n, batch, bytes_per_number))
 
 
 def mistakes(arch, context, bytes_per_number=2):

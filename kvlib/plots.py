@@ -8,6 +8,7 @@ with a hint, as in jessevig/bertviz.
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+from scipy.stats import theilslopes
 
 
 
@@ -348,11 +349,10 @@ def step_seconds_by_context(lengths, ms, title):
     fig = Figure(figsize=(8, 3.4))
     ax = fig.add_subplot()
     ax.plot(lengths, ms, "o", color="#3d85c6", label="measured (fastest of several repeats)")
-    x, y = np.asarray(lengths, dtype=float), np.asarray(ms, dtype=float)
+    x = np.asarray(lengths, dtype=float)
     # the median of the slopes between pairs of points (Theil-Sen): one point slowed by a busy moment
     # of the machine cannot tilt it, as it would a least-squares fit
-    slope = np.median([(y[j] - y[i]) / (x[j] - x[i]) for i in range(len(x)) for j in range(i + 1, len(x))])
-    intercept = np.median(y - slope * x)
+    slope, intercept, _, _ = theilslopes(ms, x, method="joint")  # joint: the intercept is median(y - slope x)
     ax.plot(x, intercept + slope * x, "--", color="#999999",
             label=f"trend: {intercept:.2f} ms + {slope * 1e3:.2f} ms per 1,000 cached tokens")
     ax.set_ylim(bottom=0)

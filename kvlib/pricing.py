@@ -19,6 +19,7 @@ A request's cost, in units of "one uncached input token", follows from its recei
 from dataclasses import dataclass
 
 from .models import KVLibError
+from .texttable import text_table
 
 
 @dataclass(frozen=True)
@@ -117,11 +118,10 @@ def cost(receipt, prices, apply_minimum=True):
 def table(prices=None):
     """The price list as text: one line per provider and mode, then where each figure comes from."""
     rows = list((prices or PRICING).values())
-    lines = [f"{'provider':<26} {'mode':<10} {'read':>5} {'write':>6} {'minimum':>8} {'step':>5} {'TTL':>7}"]
-    lines += [f"{p.provider:<26} {p.mode:<10} {p.read:>5.2f} {p.write:>6.2f} {p.min_tokens:>8,} {p.step:>5} "
-              f"{p.ttl_seconds // 60:>4} min" for p in rows]
-    lines += ["", "sources:"] + [f"  {p.provider}: {p.source}" for p in rows]
-    return "\n".join(lines)
+    table = text_table(["provider", "mode", "read", "write", "minimum", "step", "TTL"],
+                       [[p.provider, p.mode, f"{p.read:.2f}", f"{p.write:.2f}", f"{p.min_tokens:,}", p.step,
+                         f"{p.ttl_seconds // 60} min"] for p in rows], align="<<>>>>>")
+    return "\n".join([table, "", "sources:"] + [f"  {p.provider}: {p.source}" for p in rows])
 
 
 def prompt_cache(model, prices, **kwargs):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .models import KVLibError, gpt2_tokenizer
+from .texttable import text_table
 
 OPENAI = {"cl100k_base": "GPT-4 (cl100k_base)", "o200k_base": "GPT-4o / GPT-5 (o200k_base)"}
 
@@ -142,10 +143,8 @@ def costs(toks, texts=None, baseline="English"):
 
 def cost_table(rows, baseline="English"):
     """The costs as a plain-text table, one block per tokenizer."""
-    head = f"{'text':>10} {'chars':>6} {'bytes':>6} {'tokens':>7} {'per char':>9} {'per byte':>9} {'× ' + baseline:>10}"
-    lines = []
-    for name in dict.fromkeys(r.tokenizer for r in rows):
-        lines += ["", name, head]
-        lines += [f"{r.label:>10} {r.chars:>6} {r.bytes:>6} {r.tokens:>7} {r.per_char:>9.2f} {r.per_byte:>9.2f} "
-                  f"{r.ratio:>10.2f}" for r in rows if r.tokenizer == name]
-    return "\n".join(lines[1:])
+    header = ["text", "chars", "bytes", "tokens", "per char", "per byte", "× " + baseline]
+    return "\n\n".join(name + "\n" + text_table(header, [[r.label, r.chars, r.bytes, r.tokens, f"{r.per_char:.2f}",
+                                                        f"{r.per_byte:.2f}", f"{r.ratio:.2f}"]
+                                                       for r in rows if r.tokenizer == name])
+                       for name in dict.fromkeys(r.tokenizer for r in rows))

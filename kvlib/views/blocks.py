@@ -7,6 +7,7 @@ with the reason on hover, read from the cache's own events (each names its block
 
 import traitlets as T
 
+from ..texttable import text_table
 from .base import View, module
 
 GONE = {"expire": "expired", "evict": "evicted"}
@@ -63,9 +64,8 @@ class PromptBlocks(View):
 
     def summary(self):
         marks = {"hit": "H", "written": "W", "computed": "c"}
-        lines = [self.title, f"clock {self.clock:.0f} s · blocks: H hit, W written, c computed"]
-        for q in self.requests:
-            chips = "".join(marks[b["state"]] for b in q["blocks"])
-            lines.append(f"{q['label']:<28} {q['tenant']:<8} {chips:<12} input {q['input']:>5}  "
-                         f"cached {q['cached']:>5}  written {q['written']:>5}  cost {q['cost']:,.1f}")
-        return "\n".join(lines)
+        rows = [[q["label"], q["tenant"], "".join(marks[b["state"]] for b in q["blocks"]), q["input"], q["cached"],
+                 q["written"], f"{q['cost']:,.1f}"] for q in self.requests]
+        return "\n".join([self.title, f"clock {self.clock:.0f} s · blocks: H hit, W written, c computed",
+                          text_table(["request", "tenant", "blocks", "input", "cached", "written", "cost"], rows,
+                                     align="<<<>>>>")])
