@@ -1,11 +1,22 @@
+import atexit
 import os
+import shutil
+import tempfile
 
-import pytest
-import torch
-from hypothesis import settings
+# Hermetic: the suite gets an empty Hugging Face cache of its own, set before anything imports huggingface_hub
+# (which reads these once), so no test depends on what this machine's ~/.cache/huggingface holds, none writes
+# there, and the hub (unreachable here) is never asked. Subprocesses inherit it. kvlib's own home
+# (~/.cache/kvlib, where SmolLM2 is converted) stays: tests that need it name the smollm2 fixture.
+HF_HOME = tempfile.mkdtemp(prefix="kvlib-tests-hf-")
+os.environ.update(HF_HOME=HF_HOME, HF_HUB_CACHE=os.path.join(HF_HOME, "hub"), HF_HUB_OFFLINE="1")
+atexit.register(shutil.rmtree, HF_HOME, ignore_errors=True)
 
-import kvlib
-from kvlib import models
+import pytest  # noqa: E402  (after the environment above)
+import torch  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+import kvlib  # noqa: E402
+from kvlib import models  # noqa: E402
 
 torch.set_num_threads(2)
 
