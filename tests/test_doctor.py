@@ -1,8 +1,10 @@
 """python -m kvlib doctor: ready on a set-up machine, and a failure named with its fix."""
 
+import collections
 import os
 import subprocess
 import sys
+import types
 
 from kvlib import doctor
 
@@ -44,3 +46,59 @@ def test_slow_machine_is_reported(tiny, monkeypatch):
     monkeypatch.setattr(doctor.time, "perf_counter", iter(range(0, 10**6, 10)).__next__)  # 10 s per call
     found = doctor.speed(tiny, seconds=1)
     assert not found.ok and not found.required and "tokens/s" in found.detail  # a note, never a failure
+
+
+def test_a_missing_package_is_named_with_its_fix(monkeypatch):
+    real = doctor.importlib.metadata.version
+
+    def version(name):  # gguf and scipy are not installed
+        if name in ("gguf", "scipy"):
+            raise doctor.importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+    monkeypatch.setattr(doctor.importlib.metadata, "version", version)
+    found = doctor.packages()
+    assert not found.ok and found.required
+    assert found.detail == "missing: scipy, gguf" and "make install" in found.fix
+
+
+def test_a_missing_package_fails_the_command_without_a_traceback():
+    """The whole command with matplotlib uninstalled (its metadata gone and its import failing): a report, not a crash."""
+    code = ("import importlib.metadata as md, runpy, sys\n"
+            "real = md.version\n"
+            "def version(name):\n"
+            "    if name == 'matplotlib':\n"
+            "        raise md.PackageNotFoundError(name)\n"
+            "    return real(name)\n"
+            "md.version = version\n"
+            "sys.modules['matplotlib'] = None  # import matplotlib now fails, as when it is not installed\n"
+            "sys.argv = ['kvlib', 'doctor', '--seconds', '1']\n"
+            "runpy.run_module('kvlib', run_name='__main__')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "[FAIL] packages: missing: matplotlib" in r.stdout and "fix: run `make install`" in r.stdout
+
+
+def test_an_old_python_fails_with_its_fix(monkeypatch):
+    version = collections.namedtuple("version_info", "major minor micro releaselevel serial")
+    monkeypatch.setattr(doctor, "sys", types.SimpleNamespace(version_info=version(3, 9, 18, "final", 0),
+                                                              executable="/usr/bin/python3.9"))
+    found = doctor.python_version()
+    assert not found.ok and found.required and found.detail == "3.9.18 at /usr/bin/python3.9"
+    assert "3.10 or newer" in found.fix
+    monkeypatch.setattr(doctor, "sys", types.SimpleNamespace(version_info=version(3, 10, 0, "final", 0),
+                                                              executable="/usr/bin/python3.10"))
+    assert doctor.python_version().ok  # the oldest Python pyproject.toml accepts
+
+
+def test_tiny_failing_to_load_is_one_problem_with_its_fix(monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise OSError("model.safetensors: unexpected end of file")
+    monkeypatch.setattr(doctor.models, "load_model", broken)
+    findings = {f.what: f for f in doctor.run(seconds=1)}
+    tiny = findings["model tiny (bundled)"]
+    assert not tiny.ok and tiny.required and "unexpected end of file" in tiny.detail and "make install" in tiny.fix
+    assert not findings["speed"].ok and not findings["speed"].required  # skipped, and not counted twice
+    assert doctor.report(findings.values()) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] model tiny (bundled): does not load: model.safetensors: unexpected end of file" in out
+    assert "[note] speed: skipped" in out and "1 problem(s) to fix" in out
