@@ -1,7 +1,11 @@
 """Shrinking the KV cache: bytes from the layout, exact; quality measured on held-out text."""
 
+import copy
+import math
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 import kvlib
 from kvlib import compression, models
@@ -15,6 +19,62 @@ def ids(tiny):
     return compression.heldout_ids(tiny, 128)
 
 
+@pytest.fixture(scope="module")
+def hf_tiny():
+    """tiny as transformers reads it: the independent path every loss here is anchored to."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(models.TINY_DIR).eval()
+
+
+@torch.no_grad()
+def hf_loss(hf, ids):  # transformers' own mean next-token loss (it shifts the labels itself)
+    return hf(torch.tensor([ids]), labels=torch.tensor([ids])).loss.item()
+
+
+def test_the_loss_is_transformers_loss_on_the_same_text(tiny, ids, hf_tiny):
+    r = compression.quantized_kv(tiny, ids, 4)
+    assert r.baseline_loss == pytest.approx(hf_loss(hf_tiny, ids), abs=1e-5)
+    with torch.no_grad():
+        logits = hf_tiny(torch.tensor([ids])).logits[0]  # [T, V]
+    each = F.cross_entropy(logits[:-1], torch.tensor(ids[1:]), reduction="none")  # the loss of each next token
+    assert r.baseline_per_position == pytest.approx(each.tolist(), abs=1e-4)
+
+
+def test_grouped_heads_loss_is_transformers_loss_with_the_heads_averaged(tiny, ids, hf_tiny):
+    """MQA made by hand in transformers' own weights (every K head, and every V head, replaced by their
+    mean) scores the text as compression.grouped_kv says."""
+    C, nh = tiny.config.n_embd, tiny.config.n_head
+    averaged = copy.deepcopy(hf_tiny)
+    with torch.no_grad():
+        for block in averaged.transformer.h:
+            for part in (block.attn.c_attn.weight, block.attn.c_attn.bias):  # [C, 3C] and [3C]: q | k | v
+                for start in (C, 2 * C):
+                    heads = part[..., start:start + C].unflatten(-1, (nh, C // nh))  # [..., nh, hs]
+                    part[..., start:start + C] = heads.mean(-2, keepdim=True).expand_as(heads).flatten(-2)
+    mqa = compression.grouped_kv(tiny, ids, 1)
+    assert mqa.loss == pytest.approx(hf_loss(averaged, ids), abs=1e-4)
+    assert mqa.baseline_loss == pytest.approx(hf_loss(hf_tiny, ids), abs=1e-5)
+
+
+def test_kl_is_of_the_compressed_from_the_uncompressed_on_a_hand_made_pair(tiny, monkeypatch):
+    """Two tokens, a vocabulary of two: the baseline gives the next token (id 0) 0.9, the compressed
+    model a coin toss. KL(base || compressed) = 0.9 ln(0.9/0.5) + 0.1 ln(0.1/0.5) = 0.3681 nats;
+    the other direction would be 0.5 ln(0.5/0.9) + 0.5 ln(0.5/0.1) = 0.5108."""
+    base = torch.tensor([[0.9, 0.1], [0.5, 0.5]]).log()  # [T, V]; the last row predicts past the text
+    compressed = torch.tensor([[0.5, 0.5], [0.9, 0.1]]).log()
+    monkeypatch.setattr(compression, "_baseline_logits", lambda model, ids: base)
+    r = compression._measure("hand-made", tiny, torch.tensor([1, 0]), compressed, 1.0)
+    assert r.kl == pytest.approx(0.9 * math.log(1.8) + 0.1 * math.log(0.2), abs=1e-6)  # 0.3681, not 0.5108
+    assert r.loss == pytest.approx(math.log(2), abs=1e-6) and r.baseline_loss == pytest.approx(-math.log(0.9), abs=1e-6)
+    assert r.loss_increase == pytest.approx(math.log(2) + math.log(0.9), abs=1e-6)
+
+
+def test_saving_is_the_share_of_bytes_not_held():
+    r = compression.Result("hand-made", 256, 1024, 2.0, 1.5, 0.1)
+    assert r.saving == 0.75 and r.loss_increase == 0.5
+
+
 def test_heldout_text_starts_at_the_first_act_and_is_not_in_tiny_training(tiny):
     assert tiny.decode(compression.heldout_ids(tiny, 5)).startswith("ACT I.")
     assert "Measure for Measure" in (models.ASSETS / "README.md").read_text()  # its provenance is told
@@ -26,7 +86,7 @@ def test_grouped_kv_bytes_and_the_loss_jump(tiny, ids):
     before = {k: v.clone() for k, v in tiny.params["h"][0].items()}
     same, gqa, mqa = (compression.grouped_kv(tiny, ids, n) for n in (4, 2, 1))
     assert [r.bytes_per_token for r in (same, gqa, mqa)] == [TINY_BYTES, TINY_BYTES / 2, TINY_BYTES / 4]
-    assert same.baseline_bytes_per_token == TINY_BYTES and gqa.saving == 0.5
+    assert same.baseline_bytes_per_token == TINY_BYTES
     assert same.loss == same.baseline_loss and same.kl < 1e-9  # a group of one head is the model itself
     # averaged heads were never trained to share: the loss jumps, more as fewer heads are kept
     assert gqa.loss > gqa.baseline_loss + 0.1 and mqa.loss > gqa.loss + 0.1 and mqa.kl > gqa.kl > 0.05
@@ -94,11 +154,11 @@ def test_smollm2_keys_prefer_channels(smollm2):
     assert 0 < by_channel.kl < 0.8 * by_token.kl
 
 
-def test_key_channel_spread_is_the_largest_channel_against_the_median(tiny, smollm2):
+def test_key_channel_spread_is_the_largest_channel_against_the_median(tiny, smollm2, hf_tiny):
     ids = compression.heldout_ids(tiny, 64)
-    cache = tiny.new_cache()
-    tiny.forward(ids, cache=cache)
-    peak = cache.layers[1].keys.abs().amax(1)  # [nkv, hs]: each channel's largest |key| over the text
+    with torch.no_grad():  # the keys as transformers caches them, not kvlib's cache
+        keys = hf_tiny(torch.tensor([ids]), use_cache=True).past_key_values.layers[1].keys[0]  # [nkv, T, hs]
+    peak = keys.abs().amax(1)  # [nkv, hs]: each channel's largest |key| over the text
     by_hand = sum(float(p.max() / p.median()) for p in peak) / len(peak)
     spread = compression.key_channel_spread(tiny, ids)
     assert len(spread) == tiny.config.n_layer and spread[1] == pytest.approx(by_hand)
@@ -111,13 +171,14 @@ def test_the_window_mask_really_drops_tokens(tiny):
     ids = torch.tensor(compression.heldout_ids(tiny, 24))
     window, sinks = 6, 2
     trace = kvlib.Trace()
-    masked = tiny.forward(ids, trace=trace, window=window, sinks=sinks)  # [T, V]
+    masked = tiny.forward(ids, cache=tiny.new_cache(window, sinks), trace=trace)  # [T, V]
     weights = trace.layers[0].weights  # [nh, T, S]
     assert weights[:, 20, 2:15].abs().max() == 0  # token 20 sees the sinks 0-1 and the window 15-20 only
     assert (weights[:, 20, :2] > 0).all() and (weights[:, 20, 15:21] > 0).all()
-    cache, evicting, held = tiny.new_cache(), [], []  # held: the text positions the cache holds
-    for i, token in enumerate(ids):
-        evicting.append(models.FORWARD["gpt2"](token[None], tiny.params, tiny.config, past_len=i, cache=cache))
+    cache, evicting, held = tiny.new_cache(), [], []  # a cache without a window, evicted by hand here
+    for i, token in enumerate(ids):  # held: the text positions the cache holds
+        evicting.append(tiny.forward([token], cache=cache))
+        assert cache.seen == i + 1  # the next token's position, however few the cache holds
         held.append(i)
         keep = [n for n, pos in enumerate(held) if pos < sinks or pos > i + 1 - window]  # what token i + 1 sees
         held = [held[n] for n in keep]
@@ -125,7 +186,7 @@ def test_the_window_mask_really_drops_tokens(tiny):
             layer._k, layer._v, layer.length = layer.keys[:, keep].clone(), layer.values[:, keep].clone(), len(keep)
     assert torch.allclose(masked, torch.cat(evicting), atol=1e-4)
     plain = tiny.forward(ids)
-    assert torch.equal(tiny.forward(ids, window=len(ids)), plain)  # a window as long as the text: plain causal
+    assert torch.equal(tiny.forward(ids, cache=tiny.new_cache(len(ids))), plain)  # a window as long as the text: plain causal
 
 
 def test_sliding_window_bytes_and_per_position(tiny, ids):
