@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from . import memory
-from .models import FORWARD, KVLibError
+from .errors import KVLibError
 
 HELDOUT = Path(__file__).parent / "assets" / "heldout_measure_for_measure.txt"
 GROUP = 32           # numbers sharing one scale and zero-point in a quantized cache (KIVI's group size)
@@ -140,7 +140,7 @@ def grouped_kv(model, ids, n_kv_head):
     models are trained with grouped heads (or, per the GQA paper, uptrained after the averaging)."""
     ids_t = model.check_ids(ids)
     params = grouped_params(model, n_kv_head)
-    logits = FORWARD[model.config.arch](ids_t, params, model.config)
+    logits = model.family.forward(ids_t, params, model.config)
     c = model.config
     kind = "MQA" if n_kv_head == 1 else "GQA"
     bytes_per_token = memory.kv_bytes_per_token(c.n_layer, n_kv_head, c.head_dim, model.dtype.itemsize)
@@ -221,21 +221,21 @@ def sliding_window(model, ids, window, sinks=0):
     """Attention limited to the `window` newest tokens (itself included), plus the first `sinks`.
 
     As StreamingLLM (Xiao et al., 2023, "Efficient Streaming Language Models with Attention
-    Sinks") keeps a cache of sinks + window tokens, here every dropped token is masked (weight
-    exactly 0): the same attention, in one pass, as evicting it. Keys keep their positions in
+    Sinks"), the cache keeps sinks + window tokens (kv_cache.KVCache's window): the text goes
+    through in one pass, where the cache masks what it would have evicted (weight exactly 0),
+    which a test holds equal to feeding it token by token. Keys keep their positions in
     the text; StreamingLLM renumbers positions within its cache so that a stream can outrun
     the model's trained length, which this text (shorter than it) does not need. With RoPE
     (SmolLM2: its own window is 8,192) scores depend only on distance, so the window's
     tokens are seen exactly as in the full text. With GPT-2's absolute positions the text
     cannot go past the model's context at all, so a window inside it only mimics eviction:
-    use a RoPE model for this. Result.per_position holds the loss at each position."""
-    if window < 1 or sinks < 0:
-        raise KVLibError(f"window must be at least 1 token and sinks at least 0, not {window}, {sinks}")
+    use a RoPE model for this. per_position holds the loss at each position."""
     ids_t = model.check_ids(ids)
+    cache = model.new_cache(window, sinks)  # refuses a window under 1 token or negative sinks
     if len(ids_t) <= window + sinks:
         raise KVLibError(f"the text ({len(ids_t)} tokens) must be longer than window + sinks ({window + sinks}), "
                          f"or nothing is dropped")
-    logits = model.forward(ids_t, window=window, sinks=sinks)
-    held = window + sinks  # tokens the cache holds at the end of the text
+    logits = model.forward(ids_t, cache=cache)
+    held = window + sinks  # tokens the cache holds once the text has moved past the window
     return _measure(f"sliding window of {window} + {sinks} sink tokens", model, ids_t, logits,
                     _baseline_bytes(model) * held / len(ids_t))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .models import KVLibError
+from .errors import KVLibError
 
 
 @dataclass
@@ -55,18 +55,22 @@ def check_sampling(max_new_tokens, temperature, top_k, top_p):
 def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, top_k=None, top_p=None,
              seed=None, on_token=None, stop_at_eos=True, cache=None):
     """Continue `prompt` (text or ids). on_token(id, text_piece) is called as each token arrives
-    and may return False to stop (a Stop button). cache: an empty KVCache to fill instead of a new
-    one, so a caller can watch it grow from on_token (gen.cache is it either way).
+    and may return False to stop (a Stop button). cache: a KVCache to fill instead of a new one,
+    empty (so a caller can watch it grow from on_token) or already holding the prompt's first
+    tokens (a prompt-cache hit: only the rest is fed); gen.cache is it either way.
 
     Stops after max_new_tokens, at the end-of-text token, or when the context is full
-    (gen.stop_reason says which)."""
+    (gen.stop_reason says which). The one decode loop: PromptCache.answer and the views use it."""
     check_sampling(max_new_tokens, temperature, top_k, top_p)
     prompt_ids = model.check_ids(prompt).tolist()
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
-    if cache is not None and (len(cache) or not use_cache):
-        raise KVLibError("generate fills an empty cache of its own: pass a new model.new_cache(), with use_cache=True")
+    if cache is not None and not use_cache:
+        raise KVLibError("a cache was given with use_cache=False: pass one or the other")
+    if cache is not None and len(cache) >= len(prompt_ids):
+        raise KVLibError(f"the cache already holds {len(cache)} tokens, the prompt {len(prompt_ids)}: it may hold "
+                         "the prompt's first tokens, but at least the last one must be fed")
     gen = Generation(prompt_ids=prompt_ids, cache=(model.new_cache() if cache is None else cache) if use_cache else None)
-    ids, feed = list(prompt_ids), list(prompt_ids)
+    ids, feed = list(prompt_ids), prompt_ids[0 if cache is None else len(cache):]
     while True:
         model.synchronize()  # a GPU runs ahead of Python: wait for it before each clock read
         t0 = time.perf_counter()

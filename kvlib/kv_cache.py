@@ -5,120 +5,180 @@ values, while old queries and old outputs are never read again. As in
 TransformerLens's `HookedTransformerKeyValueCache`, the cache is an explicit object
 passed into the forward pass, which appends to it.
 
-Storage grows by doubling (as a Python list does), so appending one token does not
-re-copy the whole cache every step.
-
-A cache may start from shared pieces: a prompt-cache hit hands a request the stored
-blocks themselves, by reference, as vLLM's block tables do. The request's own tokens go
-into its own buffer after them, so the shared pieces are never written: attention reads
-K and V as a list of pieces. Reading `keys` or `values` (to look at them, or to write
-into them) first copies the shared pieces into the request's own buffer: copy-on-write.
+The forward pass asks the cache two things: where the new tokens sit and what each may
+look at (`admit`, once per call), and, per layer, all the keys and values to attend over
+(`append`). Everything else a cache can do happens in here, out of the teaching code:
+- Storage grows by doubling (as a Python list does), so appending one token does not
+  re-copy the whole cache every step.
+- A sliding window (`window`, `sinks`): the cache keeps only the first `sinks` tokens and
+  the last `window`, dropping the rest as the text moves on, and masks the same tokens
+  while a prompt goes through in one call, so eviction and masking agree (StreamingLLM).
+- Shared blocks: a prompt-cache hit hands a request the stored blocks themselves, by
+  reference, as vLLM's block tables do (`share`). The request's own tokens go into its
+  own buffer after them, so the shared blocks are never written (copy-on-write); each
+  call gathers them beside the request's own tokens into the K and V it hands out,
+  where vLLM's kernels read the blocks in place through the table.
 """
 
 import torch
 
-# Attention reads each piece with its own matmuls: measured on GPT-2 small's shape on a CPU,
-# a decode step over 900 cached tokens in 16 pieces is no slower than in one, in 64 it is 30 %
-# slower. A hit in more pieces than this is copied in once instead (a long chat, turn by turn).
-MAX_PIECES = 16
+from .errors import KVLibError
+
+
+def causal_mask(q_pos, k_pos, window=None, sinks=0):  # positions [T], [S] -> [T, S]
+    """0 where a query may look at a key, -inf where it may not: the future, and with a sliding
+    `window` any key `window` or more behind it except the first `sinks` (attention sinks).
+
+    -inf, not 0: softmax takes exp, exp(0) = 1 would still give the future weight,
+    exp(-inf) = 0 gives it none."""
+    i, j = q_pos[:, None], k_pos[None]
+    seen = j <= i
+    if window is not None:
+        seen &= (i - j < window) | (j < sinks)
+    return torch.zeros(seen.shape, device=q_pos.device).masked_fill(~seen, float("-inf"))
 
 
 class LayerCache:
+    """One layer's K and V [nkv, length, hs]: shared pieces first (read-only), then a buffer of its own."""
+
     def __init__(self):
-        self._k = self._v = None  # own [nkv, capacity, hs] buffers, allocated on first append
         self._shared = []         # [(k, v)] read-only pieces [nkv, n, hs] held before our own tokens
-        self._shared_len = 0
-        self.length = 0           # tokens: shared ones, then our own
-        self.frozen = False
+        self._k = self._v = None  # own [nkv, capacity, hs] buffers, allocated on first append
+        self.shared_length = 0    # tokens read from shared pieces
+        self.length = 0           # tokens held: shared ones, then our own
 
-    def share(self, pieces):  # [(k, v)]: start an empty cache from stored blocks, without copying them
-        if self.length:
-            raise ValueError("share() starts an empty cache; this one already holds tokens")
-        self._shared = list(pieces)
-        self._shared_len = self.length = sum(k.shape[1] for k, _ in self._shared)
-        if len(self._shared) > MAX_PIECES:
-            self.unshare()
-
-    @property
-    def shared_length(self):  # tokens read from shared pieces rather than from our own buffer
-        return self._shared_len
-
-    def pieces(self):  # -> K pieces, V pieces: lists of [nkv, n_i, hs] that together hold all T tokens, in order
-        both = self._shared + ([self.own()] if self.length > self._shared_len else [])
-        return [k for k, _ in both], [v for _, v in both]
-
-    def own(self):  # -> K, V [nkv, T - shared_length, hs]: views of the tokens this cache appended itself
-        own = self.length - self._shared_len
-        return (self._k[:, :own], self._v[:, :own]) if own else (None, None)
-
-    @property
-    def keys(self):  # [nkv, T, hs], a view of our own buffer: writing into it changes this cache only
-        self.unshare()
-        return self._k[:, :self.length] if self._k is not None else None
-
-    @property
-    def values(self):  # [nkv, T, hs]
-        self.unshare()
-        return self._v[:, :self.length] if self._v is not None else None
-
-    def unshare(self):
-        """Copy the shared pieces into our own buffer (once), so nothing of ours aliases them."""
-        if not self._shared:
-            return
-        ks, vs = self.pieces()
-        self._k, self._v = torch.cat(ks, 1), torch.cat(vs, 1)
-        self._shared, self._shared_len = [], 0
-
-    def append(self, k, v):  # [nkv, T_new, hs] x 2 -> all keys and values as pieces (see pieces())
-        if self.frozen:
-            raise ValueError("this cache is frozen (shared); call .copy() and append to the copy")
-        own = self.length - self._shared_len
+    def append(self, k, v):  # [nkv, T_new, hs] x 2 -> every K and V held, [nkv, length, hs] x 2
+        own = self.length - self.shared_length
         need = own + k.shape[1]
         if self._k is None or need > self._k.shape[1]:
             self._grow(k, max(need, 2 * own))
         self._k[:, own:need] = k
         self._v[:, own:need] = v
         self.length += k.shape[1]
-        return self.pieces()
+        return self.keys, self.values
+
+    @property
+    def keys(self):  # [nkv, length, hs]: a view of our own buffer, or, with shared pieces, gathered anew
+        return self._held(0)
+
+    @property
+    def values(self):  # [nkv, length, hs]
+        return self._held(1)
+
+    def _held(self, kv):
+        own = self.own()[kv]
+        pieces = [piece[kv] for piece in self._shared] + ([own] if own is not None else [])
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, 1) if pieces else None
+
+    def pieces(self):  # -> [(k, v)]: the shared pieces, then our own tokens, in order
+        return self._shared + ([self.own()] if self.length > self.shared_length else [])
+
+    def own(self):  # -> K, V [nkv, length - shared_length, hs]: views of the tokens this cache appended itself
+        own = self.length - self.shared_length
+        return (self._k[:, :own], self._v[:, :own]) if own else (None, None)
+
+    def share(self, pieces):  # [(k, v)]: start an empty cache from stored blocks, without copying them
+        if self.length:
+            raise KVLibError("share() starts an empty cache; this one already holds tokens")
+        self._shared = list(pieces)
+        self.shared_length = self.length = sum(k.shape[1] for k, _ in self._shared)
+
+    def unshare(self):
+        """Copy the shared pieces into our own buffer (once), so that writes into `keys` reach this cache."""
+        if self._shared:
+            self._k, self._v = self.keys, self.values
+            self._shared, self.shared_length = [], 0
+
+    def drop(self, start, end):
+        """Forget held tokens start..end-1; later ones move up (a sliding window's eviction, or a crop)."""
+        if start < self.shared_length:  # only a crop reaches into shared pieces: keep them whole or copy
+            self.unshare()
+        own_start, own_end, own = start - self.shared_length, end - self.shared_length, self.length - self.shared_length
+        for buf in (self._k, self._v):
+            buf[:, own_start:own - (end - start)] = buf[:, own_end:own].clone()  # clone: the two ranges overlap
+        self.length -= end - start
 
     def _grow(self, like, capacity):
         nh, _, hs = like.shape
-        new_k = like.new_empty(nh, capacity, hs)
-        new_v = like.new_empty(nh, capacity, hs)
-        own = self.length - self._shared_len
+        new_k, new_v = like.new_empty(nh, capacity, hs), like.new_empty(nh, capacity, hs)
+        own = self.length - self.shared_length
         if own:
-            new_k[:, :own] = self._k[:, :own]
-            new_v[:, :own] = self._v[:, :own]
+            new_k[:, :own], new_v[:, :own] = self._k[:, :own], self._v[:, :own]
         self._k, self._v = new_k, new_v
 
     @property
     def nbytes(self):  # bytes of the K and V this cache reads, shared or own (not spare capacity)
-        ks, vs = self.pieces()
-        return sum(t.numel() * t.element_size() for t in ks + vs)
+        return sum(t.numel() * t.element_size() for piece in self.pieces() for t in piece)
 
     @property
-    def shared_nbytes(self):  # bytes of the K and V read in place from shared pieces
+    def shared_nbytes(self):  # bytes of the K and V read from shared pieces
         return sum(t.numel() * t.element_size() for piece in self._shared for t in piece)
 
     def copy(self):
         """An independent cache: shared pieces stay shared (nobody writes them), our own tokens are cloned."""
         new = LayerCache()
         new.share(self._shared)
-        own = self.length - self._shared_len
-        if own:
-            new._k, new._v = self._k[:, :own].clone(), self._v[:, :own].clone()
-            new.length += own
+        k, v = self.own()
+        if k is not None:
+            new._k, new._v = k.clone(), v.clone()
+            new.length += k.shape[1]
         return new
 
 
 class KVCache:
-    """keys and values of every layer, [n_kv_heads, T, head_dim] each (n_kv_heads = n_head in GPT-2)."""
+    """keys and values of every layer, [n_kv_heads, T, head_dim] each (n_kv_heads = n_head in GPT-2).
 
-    def __init__(self, n_layer):
+    window, sinks: keep only the first `sinks` tokens and the last `window` (a sliding window);
+    None keeps every token."""
+
+    def __init__(self, n_layer, window=None, sinks=0):
+        if window is not None and (window < 1 or sinks < 0):
+            raise KVLibError(f"window must be at least 1 token and sinks 0 or more, not {window}, {sinks}")
         self.layers = [LayerCache() for _ in range(n_layer)]
+        self.window, self.sinks = window, sinks
+        self.seen = 0  # tokens that went through the model: the next one's position
 
-    def __len__(self):  # tokens held
-        return self.layers[0].length
+    def __len__(self):  # tokens held (fewer than seen once a window has dropped some)
+        return self.layers[0].length if self.layers else 0
+
+    def positions(self, device=None):  # [len]: where each held token sat in the text
+        held = len(self)
+        if held == self.seen:
+            return torch.arange(held, device=device)
+        head = min(self.sinks, held)
+        return torch.cat([torch.arange(head, device=device), torch.arange(self.seen - (held - head), self.seen,
+                                                                           device=device)])
+
+    def admit(self, t_new, device=None):  # -> positions of the new tokens [T], mask [T, S] (S = held + T)
+        """Before a forward pass: drop from every layer the tokens that no new token may see (outside
+        the window, not a sink), count the new tokens as seen, and say what each of them may look at."""
+        new = torch.arange(self.seen, self.seen + t_new, device=device)
+        if self.window is not None:
+            first = self.seen - self.window + 1  # the oldest position the first new token still sees
+            pos = self.positions(device)
+            gone = int(((pos < first) & (pos >= self.sinks)).sum())
+            if gone:
+                start = min(self.sinks, len(self))
+                for layer in self.layers:
+                    layer.drop(start, start + gone)
+        held = torch.cat([self.positions(device), new])
+        self.seen += t_new
+        return new, causal_mask(new, held, self.window, self.sinks)
+
+    def crop(self, n):
+        """Keep the first n tokens held and forget the rest, as if they had never been fed."""
+        if not 0 <= n <= len(self):
+            raise KVLibError(f"crop keeps 0 to {len(self)} tokens, not {n}")
+        self.seen -= len(self) - n
+        for layer in self.layers:
+            layer.drop(n, layer.length)
+
+    def share(self, pieces):  # per layer [(k, v)]: start an empty cache from a prompt cache's stored blocks
+        if self.window is not None:
+            raise KVLibError("a windowed cache cannot start from shared blocks: they hold every token")
+        for layer, layer_pieces in zip(self.layers, pieces):
+            layer.share(layer_pieces)
+        self.seen = len(self)
 
     @property
     def nbytes(self):  # exact bytes of all K and V tensors
@@ -129,15 +189,10 @@ class KVCache:
         return sum(layer.shared_nbytes for layer in self.layers)
 
     def copy(self):
-        new = KVCache(0)
-        new.layers = [layer.copy() for layer in self.layers]
+        new = KVCache(0, self.window, self.sinks)
+        new.layers, new.seen = [layer.copy() for layer in self.layers], self.seen
         return new
 
-    def freeze(self):
-        """Forbid appends, so a prefix shared between requests cannot be changed."""
-        for layer in self.layers:
-            layer.frozen = True
-        return self
-
     def __repr__(self):
-        return f"KVCache({len(self.layers)} layers, {len(self)} tokens, {self.nbytes:,} bytes)"
+        window = f", window {self.window} + {self.sinks} sinks" if self.window is not None else ""
+        return f"KVCache({len(self.layers)} layers, {len(self)} tokens{window}, {self.nbytes:,} bytes)"

@@ -22,7 +22,8 @@ matrix in the order it lies in memory, measured ~15 % faster on a CPU.
 import torch
 import torch.nn.functional as F
 
-from .gpt2 import attention, causal_mask, merge_heads, split_heads
+from .gpt2 import attention, merge_heads, split_heads
+from .kv_cache import KVCache
 
 
 def linear(x, w):  # [T, in] @ [in, out] -> [T, out]; no biases in this family
@@ -51,25 +52,26 @@ def rotate(x, cos, sin):  # [nh, T, hd] -> [nh, T, hd]
     return x * cos + torch.cat([-b, a], dim=-1) * sin
 
 
-def grouped_attention(q, ks, vs, mask):  # [nh, T, hd], pieces [nkv, S_i, hd] x 2, [T, S] -> [nh, T, hd], [nh, T, S] x 2
+def grouped_attention(q, k, v, mask):  # [nh, T, hd], [nkv, S, hd] x 2, [T, S] -> [nh, T, hd], [nh, T, S] x 2
     """Each K/V head serves a group of nh // nkv query heads (query head h uses K/V head h // group).
 
     The group's queries are stacked as extra rows, so every K/V head is read once, never copied."""
     nh, T, hd = q.shape
-    group = nh // ks[0].shape[0]
-    out, scores, weights = attention(q.reshape(-1, group * T, hd), ks, vs, mask.repeat(group, 1))  # [nkv, g*T, ...]
+    group = nh // k.shape[0]
+    out, scores, weights = attention(q.reshape(-1, group * T, hd), k, v, mask.repeat(group, 1))  # [nkv, g*T, ...]
     return out.view(nh, T, hd), scores.view(nh, T, -1), weights.view(nh, T, -1)
 
 
-def gqa(x, p, config, cos, sin, layer_cache=None, record=None, window=None, sinks=0):  # [T, C] -> [T, C]
+def gqa(x, p, config, cos, sin, layer_cache, mask, record=None):  # [T, C] -> [T, C]
     q = split_heads(linear(x, p["self_attn.q_proj.weight"]), config.n_head)  # [nh, T, hd]
     k = split_heads(linear(x, p["self_attn.k_proj.weight"]), config.n_kv_head)  # [nkv, T, hd]
     v = split_heads(linear(x, p["self_attn.v_proj.weight"]), config.n_kv_head)  # [nkv, T, hd]
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)  # position enters here, and only here
-    ks, vs = ([k], [v]) if layer_cache is None else layer_cache.append(k, v)  # pieces of [nkv, S, hd]: keys after RoPE
-    mask = causal_mask(q.shape[1], sum(k.shape[1] for k in ks), x.device, window, sinks)
-    out, scores, weights = grouped_attention(q, ks, vs, mask)  # [nh, T, hd]
-    if record is not None:
+    K, V = layer_cache.append(k, v)  # [nkv, S, hd]: keys after RoPE, so a cached key never turns again
+    if record is None:  # as in gpt2.mha; the fused kernel serves each K/V head's group of queries itself
+        out = F.scaled_dot_product_attention(q, K, V, attn_mask=mask, enable_gqa=True)
+    else:
+        out, scores, weights = grouped_attention(q, K, V, mask)  # [nh, T, hd]
         record(x=x, q=q, k=k, v=v, scores=scores, weights=weights, out=out)
     return linear(merge_heads(out), p["self_attn.o_proj.weight"])
 
@@ -79,21 +81,20 @@ def swiglu(x, p):  # [T, C] -> [T, I] -> [T, C]
     return linear(gate * linear(x, p["mlp.up_proj.weight"]), p["mlp.down_proj.weight"])
 
 
-def block(x, p, config, cos, sin, layer_cache=None, record=None, window=None, sinks=0):  # [T, C] -> [T, C]
-    x = x + gqa(rms_norm(x, p["input_layernorm.weight"], config.eps), p, config, cos, sin, layer_cache, record,
-                window, sinks)
+def block(x, p, config, cos, sin, layer_cache, mask, record=None):  # [T, C] -> [T, C]
+    x = x + gqa(rms_norm(x, p["input_layernorm.weight"], config.eps), p, config, cos, sin, layer_cache, mask, record)
     return x + swiglu(rms_norm(x, p["post_attention_layernorm.weight"], config.eps), p)
 
 
-def llama(ids, params, config, past_len=0, cache=None, trace=None, last_only=False, window=None, sinks=0):  # [T] -> [T, V]
-    """Logits for the new tokens `ids`, at positions past_len .. past_len+T-1 (as gpt2.gpt2)."""
-    cos, sin = rope_angles(torch.arange(past_len, past_len + len(ids), device=ids.device),
-                           config.head_dim, config.rope_theta)  # [T, hd], shared by every layer
+def llama(ids, params, config, cache=None, trace=None, last_only=False):  # [T] -> [T, V]
+    """Logits for the new tokens `ids`, which follow the tokens the cache holds (as gpt2.gpt2)."""
+    cache = KVCache(config.n_layer) if cache is None else cache
+    pos, mask = cache.admit(len(ids), ids.device)  # [T], [T, S]
+    cos, sin = rope_angles(pos, config.head_dim, config.rope_theta)  # [T, hd], shared by every layer
     x = params["embed_tokens.weight"][ids]  # [T, C]: no position added
+    mask = mask.to(x.dtype)
     for i, p in enumerate(params["h"]):
-        x = block(x, p, config, cos, sin,
-                  layer_cache=None if cache is None else cache.layers[i],
-                  record=None if trace is None else trace.recorder(i), window=window, sinks=sinks)
+        x = block(x, p, config, cos, sin, cache.layers[i], mask, None if trace is None else trace.recorder(i))
         if trace is not None:
             trace.block_output(i, x)
     if last_only:

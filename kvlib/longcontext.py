@@ -58,8 +58,7 @@ def step_seconds_by_context(model, lengths, repeats=5, seed=0):
                 _, seconds = timed(lambda: model.forward([ids[n]], cache=cache, last_only=True), model.device)
                 if round:
                     best[k] = min(best[k], seconds)
-                for layer in cache.layers:  # forget the timed token: the next round sees n cached tokens again
-                    layer.length -= 1
+                cache.crop(n)  # forget the timed token: the next round sees n cached tokens again
     return lengths, best
 
 

@@ -6,6 +6,7 @@ from disk; `download.py` is the only one that uses the network.
 """
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import torch
 
 from . import gpt2, llama
+from .errors import KVLibError
 from .kv_cache import KVCache
 
 ASSETS = Path(__file__).parent / "assets"
@@ -21,15 +23,10 @@ GPT2_TOKENIZER_DIR = ASSETS / "gpt2-tokenizer"  # OpenAI's encoder.json and voca
 HUB_IDS = {**{name: f"openai-community/{name}" for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")},
            "smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct"}
 NAMES = ("tiny", "random-gpt2", *HUB_IDS)
-FORWARD = {"gpt2": gpt2.gpt2, "llama": llama.llama}
 
 
 def download_hint(name):
     return f"python -m kvlib download {name}"
-
-
-class KVLibError(ValueError):
-    """Bad input or an unavailable model or device; the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +65,10 @@ class Model:
                 f"{c.n_head} heads{kv}, {c.n_embd} dims, {c.n_ctx} context, {c.vocab_size} vocab)")
 
     @property
+    def family(self):  # its forward pass and the facts of its family
+        return FAMILIES[self.config.arch]
+
+    @property
     def dtype(self):  # of the weights, so of every activation and of the KV cache
         return self.params["h"][0][next(iter(self.params["h"][0]))].dtype
 
@@ -92,8 +93,9 @@ class Model:
                 pieces.append(f"<{i}>")
         return "".join(pieces)
 
-    def new_cache(self):
-        return KVCache(self.config.n_layer)
+    def new_cache(self, window=None, sinks=0):
+        """An empty KV cache for this model; window, sinks: keep only the first `sinks` and last `window` tokens."""
+        return KVCache(self.config.n_layer, window, sinks)
 
     def synchronize(self):
         """Wait until the device has finished the work queued on it (call before reading a clock)."""
@@ -115,17 +117,13 @@ class Model:
         return ids.to(self.device)
 
     @torch.no_grad()
-    def forward(self, ids, cache=None, trace=None, last_only=False, window=None, sinks=0):  # [T] -> [T, V] (or [1, V])
+    def forward(self, ids, cache=None, trace=None, last_only=False):  # [T] -> [T, V] (or [1, V])
         """Logits for the new tokens; with a cache, they follow the cached ones and the cache grows.
 
         last_only: only the last position's logits, all that generation needs (as
-        transformers' `logits_to_keep=1`): the output head is the largest matmul.
-        window, sinks: attend only to the last `window` tokens and the first `sinks` (a sliding window)."""
-        past_len = 0 if cache is None else len(cache)
-        ids = self.check_ids(ids, past_len)
-        if window is not None and (window < 1 or sinks < 0):
-            raise KVLibError("window must be at least 1 token and sinks 0 or more")
-        return FORWARD[self.config.arch](ids, self.params, self.config, past_len, cache, trace, last_only, window, sinks)
+        transformers' `logits_to_keep=1`): the output head is the largest matmul."""
+        ids = self.check_ids(ids, 0 if cache is None else cache.seen)
+        return self.family.forward(ids, self.params, self.config, cache, trace, last_only)
 
 
 def synchronize(device):
@@ -197,7 +195,18 @@ def llama_weights(c, sd):
     return config, params
 
 
-WEIGHTS = {"gpt2": gpt2_weights, "llama": llama_weights}
+@dataclass(frozen=True)
+class Family:
+    """What the rest of kvlib needs to know about a model family, said once (Config.arch names it)."""
+    forward: Callable         # (ids, params, config, cache, trace, last_only) -> logits: gpt2.gpt2 or llama.llama
+    weights: Callable         # transformers' config and state dict -> Config, params
+    token_table: str          # the checkpoint name of the token embedding table [V, C]
+    position_table: str       # GPT-2's learned positions [n_ctx, C]; None where RoPE turns Q and K instead
+    ffn_matrices: int         # GPT-2's MLP has 2, SwiGLU 3 (gate, up, down)
+
+
+FAMILIES = {"gpt2": Family(gpt2.gpt2, gpt2_weights, "wte.weight", "wpe.weight", 2),
+            "llama": Family(llama.llama, llama_weights, "embed_tokens.weight", None, 3)}
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -215,10 +224,10 @@ def pick_dtype(dtype=None):
 def from_hf(name, hf_model, tokenizer, device, dtype=torch.float32):
     """Wrap a transformers model of a family kvlib runs: keep its weights, drop the module."""
     c = hf_model.config
-    if c.model_type not in WEIGHTS:
+    if c.model_type not in FAMILIES:
         raise KVLibError(f"{name} is a {c.model_type!r} model; kvlib runs the GPT-2 and Llama families")
     try:
-        config, params = WEIGHTS[c.model_type](c, hf_model.to(device, dtype).state_dict())
+        config, params = FAMILIES[c.model_type].weights(c, hf_model.to(device, dtype).state_dict())
     except KVLibError as e:
         raise KVLibError(f"{name}: {e}") from None
     return Model(name, params, config, tokenizer, device)

@@ -42,8 +42,8 @@ from typing import NamedTuple
 
 import torch
 
-from .generate import check_sampling, sample
-from .models import KVLibError
+from .errors import KVLibError
+from .generate import check_sampling, generate
 
 MODES = ("automatic", "explicit")
 MAX_BREAKPOINTS = 4  # Anthropic accepts up to 4 cache_control markers per request
@@ -87,7 +87,8 @@ class Receipt:
 
 
 @dataclass
-class Result:
+class Prefill:
+    """One prompt through the prompt cache: what the model computed and what the cache did."""
     logits: torch.Tensor  # [vocab] at the last position
     cache: object         # KVCache of the whole prompt, ready for decoding
     receipt: Receipt
@@ -163,8 +164,7 @@ class PromptCache:
         self._lock = threading.Lock()
 
     @property
-    def nbytes(self):  # bytes of K and V held now (entries past their TTL are dropped first)
-        self.expire()
+    def nbytes(self):  # bytes of K and V held now (call expire() first to drop entries past their TTL)
         with self._lock:
             return sum(b.nbytes for b in self.blocks.values())
 
@@ -213,12 +213,32 @@ class PromptCache:
         return keys
 
     def prefill(self, prompt, tenant="default", cache_control=None):
-        """Run a prompt through the model, reading and writing cached blocks; returns a Result.
+        """Run a prompt through the model, reading and writing cached blocks; returns a Prefill.
 
         cache_control (mode="explicit" only): where cacheable prefixes end, in tokens, one int
         or a list (like Anthropic's `cache_control` marker after a system prompt)."""
         self.model.synchronize()  # time this prefill only, not work still queued on a GPU
         t0 = time.perf_counter()
+        ids, keys, spans, cache, hits = self._lookup(prompt, tenant, cache_control)
+        logits = self.model.forward(ids[len(cache):], cache=cache, last_only=True)[-1]
+        receipt = self._store(cache, ids, keys, spans, hits, tenant)
+        self.model.synchronize()  # the logits are ready only when the device says so
+        return Prefill(logits, cache, receipt, time.perf_counter() - t0)
+
+    def answer(self, prompt, max_new_tokens=20, temperature=0.0, top_k=None, top_p=None, seed=None,
+               tenant="default", cache_control=None):
+        """`generate` (same defaults, same stops) on a cache that starts from the prompt's cached blocks;
+        the prompt's new blocks are written once the answer is done.
+
+        The cache holds the prompt's keys and values, never an answer: every call samples anew."""
+        check_sampling(max_new_tokens, temperature, top_k, top_p)
+        ids, keys, spans, cache, hits = self._lookup(prompt, tenant, cache_control)
+        gen = generate(self.model, ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                       seed=seed, cache=cache)
+        return Answer(gen.text, gen.ids, self._store(cache, ids, keys, spans, hits, tenant))
+
+    def _lookup(self, prompt, tenant, cache_control):
+        """The prompt's ids, block keys and spans, and a new KVCache starting from its longest cached prefix."""
         ids = self.model.check_ids(prompt).tolist()
         spans = self.spans(len(ids), cache_control)
         keys = self.block_keys(ids, tenant, spans)
@@ -238,37 +258,21 @@ class PromptCache:
             for b, k in zip(hits, keys):
                 self.events.append(Event(now, tenant, "hit", b.depth, k))
             joined = stretches(hits)
-            for layer, cached in enumerate(cache.layers):  # by reference: nothing is copied
-                cached.share([(run.keys[layer][:, a:e], run.values[layer][:, a:e]) for run, a, e in joined])
-        logits = self.model.forward(ids[len(cache):], cache=cache, last_only=True)[-1]
-        written = self._store(cache, keys, spans, len(hits), tenant)
-        receipt = Receipt(len(ids), spans[len(hits) - 1][1] if hits else 0, sum(e - s for s, e in written.values()),
-                          ["hit" if d < len(hits) else "written" if d in written else "computed" for d in range(len(keys))],
-                          self.mode)
-        self.model.synchronize()  # the logits are ready only when the device says so
-        return Result(logits, cache, receipt, time.perf_counter() - t0)
+            cache.share([[(run.keys[layer][:, a:e], run.values[layer][:, a:e]) for run, a, e in joined]
+                         for layer in range(len(cache.layers))])  # by reference: nothing is copied
+        return ids, keys, spans, cache, len(hits)
 
-    def answer(self, prompt, max_new_tokens=20, temperature=1.0, top_k=None, top_p=None, seed=None,
-               tenant="default", cache_control=None):
-        """Prefill through the cache, then sample an answer on the request's own cache (after the shared blocks).
-
-        The cache holds the prompt's keys and values, never an answer: every call samples anew."""
-        check_sampling(max_new_tokens, temperature, top_k, top_p)
-        res = self.prefill(prompt, tenant, cache_control)
-        generator = torch.Generator().manual_seed(seed) if seed is not None else None
-        ids, logits = [], res.logits
-        while True:
-            ids.append(sample(logits, temperature, top_k, top_p, generator))
-            if (len(ids) == max_new_tokens or ids[-1] == self.model.eos_token_id
-                    or len(res.cache) + 1 >= self.model.config.n_ctx):
-                return Answer(self.model.decode(ids), ids, res.receipt)
-            logits = self.model.forward(ids[-1:], cache=res.cache, last_only=True)[-1]
-
-    def _store(self, cache, keys, spans, start, tenant):
-        """Write the request's new blocks, oldest first, within the byte budget; returns {depth: span} written."""
+    def _store(self, cache, ids, keys, spans, hits, tenant):
+        """Write the request's new blocks, oldest first, within the byte budget; returns its Receipt."""
         written = {}
-        if start == len(keys):
-            return written
+        if hits < len(keys):
+            written = self._write(cache, keys, spans, hits, tenant)
+        return Receipt(len(ids), spans[hits - 1][1] if hits else 0, sum(e - s for s, e in written.values()),
+                       ["hit" if d < hits else "written" if d in written else "computed" for d in range(len(keys))],
+                       self.mode)
+
+    def _write(self, cache, keys, spans, start, tenant):  # -> {depth: span} of the blocks written
+        written = {}
         # the new blocks' K and V, cut once from what the request computed itself (after its hit): one run
         first, end, hit = spans[start][0], spans[-1][1], cache.layers[0].shared_length
         own = [layer.own() for layer in cache.layers]

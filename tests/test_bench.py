@@ -110,7 +110,10 @@ def test_suite_writes_json_table_and_plots(tmp_path):
         assert d["same_tokens"] and d["new_tokens"] == {"cached": 3, "uncached": 3}
         assert d["fraction_of_floor"]["kvlib, cached"] == pytest.approx(
             t["floor_seconds"] * d["tokens_per_second"]["kvlib, cached"])
-    assert t["time_to_first_token"]["seconds"].keys() == {"none", "cold", "copied", "warm"}
+    assert t["time_to_first_token"]["seconds"].keys() == {"none", "cold", "warm"}
+    p = t["prefill"]  # kvlib against transformers on the same 40-token prompt
+    assert p["prompt_len"] == 40 and p["seconds"].keys() == {"kvlib", "transformers"}
+    assert p["kvlib_over_transformers"] == pytest.approx(p["seconds"]["transformers"] / p["seconds"]["kvlib"])
     assert t["time_to_first_token"]["warm_cached_tokens"] == 16  # 24 shared tokens: one 16-token block
     kv = t["kv_bytes"]
     assert kv["tokens"] == [4 + 2, 8 + 2]  # the prompt and every new token but the last, which is never fed
@@ -119,5 +122,5 @@ def test_suite_writes_json_table_and_plots(tmp_path):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     assert len(saved["plots"]) == 4
     table = (tmp_path / "bench.md").read_text()
-    assert "| tiny | 8 |" in table and table in lines
+    assert "| tiny | 8 |" in table and "| tiny | 40 tokens |" in table and table in lines
     assert any("prompt 8:" in line for line in lines)  # progress as it goes

@@ -30,9 +30,9 @@ def test_old_rows_never_change_when_a_token_is_added(model):
 
 def test_old_rows_change_would_see_a_change(tiny, monkeypatch):
     """Without the causal mask an old token would see the new one: the same measure then reports it."""
-    from kvlib import gpt2
+    from kvlib import kv_cache
 
-    monkeypatch.setattr(gpt2, "causal_mask", lambda t, s, device=None, *window: torch.zeros(t, s, device=device))
+    monkeypatch.setattr(kv_cache, "causal_mask", lambda q_pos, k_pos, *window: torch.zeros(len(q_pos), len(k_pos)))
     change = cache_evidence.old_rows_change(tiny, [5, 17, 99, 3], new_id=11)
     assert max(change["out"]) > 1e-3 and max(change["resid"]) > 1e-3
     assert change["q"][0] < 1e-5  # layer 0's queries come from the input alone; later layers' do not

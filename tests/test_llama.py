@@ -14,7 +14,7 @@ import kvlib
 from kvlib import attention, embeddings, memory, models, views, widgets
 
 from test_kv_cache import cached_vs_uncached, prompts
-from test_parity import TEXT, hf_logits
+from test_parity import TEXT, check
 
 SMOLLM2_BOUND = 3e-4  # 30 layers on text: transformers' own cached and uncached logits differ by ~7e-5
 
@@ -31,16 +31,13 @@ def smollm2_hf(smollm2):
 def test_small_llama_matches_transformers(small_llama, small_llama_dir):
     c = small_llama.config
     assert (c.arch, c.n_head, c.n_kv_head, c.head_dim) == ("llama", 4, 2, 16)
-    ids = small_llama.encode(TEXT)[:64]
-    assert (small_llama.forward(ids) - hf_logits(eager(small_llama_dir), ids)).abs().max() < 1e-4
+    check(small_llama, eager(small_llama_dir), small_llama.encode(TEXT)[:64])
 
 
 def test_smollm2_matches_transformers(smollm2, smollm2_hf):
     c = smollm2.config
     assert (c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.n_embd, c.n_ctx) == (30, 9, 3, 64, 576, 8192)
-    ids = smollm2.encode(TEXT * 2)
-    ours, theirs = smollm2.forward(ids), hf_logits(smollm2_hf, ids)
-    assert (ours - theirs).abs().max() < SMOLLM2_BOUND
+    ours, theirs = check(smollm2, smollm2_hf, smollm2.encode(TEXT * 2), SMOLLM2_BOUND)
     assert ours.argmax(-1).tolist() == theirs.argmax(-1).tolist()
 
 
@@ -50,9 +47,12 @@ def test_changing_one_weight_changes_the_logits(small_llama):
     before = small_llama.forward(ids)
     for name in ("self_attn.k_proj.weight", "self_attn.v_proj.weight", "mlp.up_proj.weight"):
         w = small_llama.params["h"][1][name]
-        w[0] += 1.0
-        assert (small_llama.forward(ids) - before).abs().max() > 1e-3, name
-        w[0] -= 1.0
+        saved = w.clone()  # the fixture is shared: restored from this copy, not by subtracting again
+        try:
+            w[0] += 1.0
+            assert (small_llama.forward(ids) - before).abs().max() > 1e-3, name
+        finally:
+            w.copy_(saved)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -15,10 +15,14 @@ def hf_logits(hf, ids):
         return hf(torch.tensor([ids]), use_cache=False).logits[0]
 
 
-def check(model, hf, ids):
-    ours = model.forward(ids)
-    assert ours.shape == (len(ids), model.config.vocab_size)
-    assert (ours - hf_logits(hf, ids)).abs().max() < 1e-4
+def check(model, hf, ids, bound=1e-4):
+    """Both attention paths against transformers: torch's fused kernel (no trace) and the one
+    written out (what a trace records)."""
+    theirs = hf_logits(hf, ids)
+    for ours in (model.forward(ids), model.forward(ids, trace=kvlib.Trace())):
+        assert ours.shape == (len(ids), model.config.vocab_size)
+        assert (ours - theirs).abs().max() < bound
+    return ours, theirs
 
 
 def test_tiny_matches_transformers(tiny):

@@ -69,7 +69,9 @@ def test_ttl_expires_entries_after_their_last_use(tiny):
     clock.now = 299 + 300
     assert pc.prefill(prompt).receipt.cached_tokens == 32
     clock.now = 599 + 301
-    assert pc.nbytes == 0
+    held = pc.nbytes
+    assert held == 32 * memory_bytes(tiny) and pc.nbytes == held  # reading the bytes expires nothing
+    assert pc.expire() == 4 and pc.nbytes == 0  # expiring is asked for: 4 blocks of 8 past their TTL
     assert pc.prefill(prompt).receipt.cached_tokens == 0
     assert any(e.kind == "expire" for e in pc.events)
 
@@ -357,7 +359,7 @@ def test_a_cached_prompt_is_not_a_cached_answer(tiny):
     assert {(a.receipt.cached_tokens, a.receipt.written_tokens) for a in answers} == {(48, 0)}
     greedy = pc.answer(prompt, max_new_tokens=8, temperature=0.0)
     assert greedy.ids == kvlib.generate(tiny, prompt, 8, stop_at_eos=False).ids[:len(greedy.ids)]
-    assert pc.answer(prompt, 5, seed=1).ids == answers[1].ids[:5]  # the same seed, the same answer
+    assert pc.answer(prompt, 5, temperature=1.0, seed=1).ids == answers[1].ids[:5]  # the same seed, the same answer
 
 
 def test_each_mode_is_priced_by_its_own_provider_only(tiny):
@@ -458,7 +460,7 @@ def test_a_hit_shares_the_stored_blocks_by_reference(tiny):
     assert res.receipt.blocks == ["hit"] * 4
     by_depth = {b.depth: b for b in pc.blocks.values()}
     for layer, cached in enumerate(res.cache.layers):
-        ks, vs = cached.pieces()
+        ks, vs = zip(*cached.pieces())
         assert [k.shape[1] for k in ks] == [16, 16, 6]  # run 1, run 2, then the request's own tokens
         for piece, depth in ((0, 0), (1, 2)):
             assert ks[piece].data_ptr() == by_depth[depth].keys[layer].data_ptr()
@@ -474,18 +476,70 @@ def test_a_hit_shares_the_stored_blocks_by_reference(tiny):
         assert all(torch.equal(a, b) for a, b in zip(pc.blocks[key].keys + pc.blocks[key].values, tensors))
 
 
-def test_reading_a_shared_caches_keys_copies_them_first(tiny):
+def stored_blocks(pc):
+    return {key: [t.clone() for t in b.keys + b.values] for key, b in pc.blocks.items()}
+
+
+def assert_blocks_unchanged(pc, before):
+    assert pc.blocks.keys() == before.keys()
+    for key, tensors in before.items():
+        assert all(torch.equal(a, b) for a, b in zip(pc.blocks[key].keys + pc.blocks[key].values, tensors))
+
+
+def test_copy_on_write_never_reaches_the_stored_blocks(tiny):
+    """Reading, writing into what was read, copying, decoding on a copy, unsharing: the stored blocks
+    stay as they were each time, and the request keeps decoding as an uncached run does."""
     pc = kvlib.PromptCache(tiny, block_size=8)
     prompt = ids(20, 5)
     pc.prefill(prompt)
     res = pc.prefill(prompt)
-    layer = res.cache.layers[0]
-    shared = layer.pieces()[0][0]
-    keys = layer.keys  # copy-on-write: the view handed out is the request's own
-    assert layer.shared_length == 0 and storage(keys) != storage(shared)
-    assert torch.equal(keys[:, :16], shared)
-    keys.zero_()
-    assert shared.abs().sum() > 0 and layer.keys.abs().sum() == 0
+    before, layer = stored_blocks(pc), res.cache.layers[0]
+    values = layer.values  # read first: one tensor gathered from the shared block and the own tokens
+    assert layer.shared_length == 16 and not pc.stores(values) and pc.stores(layer.pieces()[0][1])
+    values.zero_()
+    layer.keys.mul_(-1)  # writing into what reading handed out changes neither the blocks nor the request
+    assert_blocks_unchanged(pc, before)
+    in_order = sorted(pc.blocks.values(), key=lambda b: b.depth)
+    assert torch.equal(layer.keys[:, :16], torch.cat([b.keys[0] for b in in_order], 1))
+    assert torch.equal(layer.values[:, :16], torch.cat([b.values[0] for b in in_order], 1))
+    copy = res.cache.copy()
+    for copied in copy.layers:
+        copied.values.zero_()
+    tiny.forward([3], cache=copy)  # decoding on from a copy appends to the copy's own buffer
+    assert_blocks_unchanged(pc, before)
+    assert (tiny.forward([3], cache=res.cache)[-1] - tiny.forward(prompt + [3])[-1]).abs().max() < 1e-4
+    with pytest.raises(kvlib.KVLibError, match="starts an empty cache"):
+        res.cache.layers[1].share(res.cache.layers[1].pieces())
+    layer.unshare()  # asked for: the request's own copy, which writes then reach
+    layer.keys.zero_()
+    assert layer.shared_length == 0 and layer.keys.abs().sum() == 0
+    assert_blocks_unchanged(pc, before)
+
+
+def test_a_live_request_outlives_eviction_compaction_and_expiry_of_its_blocks(tiny):
+    """Mid-decode, under a clock that ticks on every read, other requests evict and compact the run a
+    request reads and the TTL expires what is left; the request decodes on, equal to an uncached run."""
+    per_block = 8 * memory_bytes(tiny)
+    ticking = kvlib.prompt_cache.ManualClock()
+    clock = lambda: ticking.advance(40)  # noqa: E731 -- every call moves time on
+    pc = kvlib.PromptCache(tiny, block_size=8, max_bytes=5 * per_block, ttl_seconds=300, clock=clock)
+    prompt = ids(33, 1)
+    pc.prefill(prompt)  # 4 blocks, one run
+    res = pc.prefill(prompt)
+    assert res.receipt.cached_tokens == 32
+    seq, logits = list(prompt), res.logits
+    for step in range(6):
+        token = int(logits.argmax())
+        seq.append(token)
+        if step == 1:
+            pc.prefill(ids(17, 2))  # 2 blocks more than the budget leaves room for: leaves of the run go
+            assert len(pc.blocks) < 6 and any(e.kind == "evict" for e in pc.events)
+        if step == 3:
+            ticking.advance(1000)
+            assert pc.expire() > 0 and not pc.blocks  # everything stored is gone now
+        logits = tiny.forward([token], cache=res.cache)[-1]
+        assert (logits - tiny.forward(seq)[-1]).abs().max() < 1e-4
+    assert res.cache.layers[0].shared_length == 32  # still reading the memory nobody else holds now
 
 
 def test_evicting_part_of_a_run_frees_its_bytes_and_keeps_the_rest(tiny):
@@ -510,17 +564,15 @@ def test_evicting_part_of_a_run_frees_its_bytes_and_keeps_the_rest(tiny):
     assert (res.logits - tiny.forward(first)[-1]).abs().max() < 1e-4
 
 
-def test_a_hit_in_too_many_pieces_is_copied_in_once(tiny):
-    """A chat that grows turn by turn writes one run per turn; past MAX_PIECES a hit is copied instead."""
-    from kvlib.kv_cache import MAX_PIECES
+def test_a_chat_hit_turn_by_turn_reads_one_piece_per_run(tiny):
+    """A chat that grows turn by turn writes one run per turn; a later turn's hit reads every run in
+    place, one piece each, and still gives the uncached logits."""
     pc = kvlib.PromptCache(tiny, block_size=4)
-    chat = ids(4 * (MAX_PIECES + 2) + 1, 8)
-    for turn in range(1, MAX_PIECES + 3):
+    chat = ids(4 * 20 + 1, 8)
+    for turn in range(1, 21):
         res = pc.prefill(chat[:4 * turn + 1])
-        ks, _ = res.cache.layers[2].pieces()
-        hit_runs = turn - 1  # each earlier turn wrote one run; this turn's own tokens make one more piece
-        assert len(ks) == (hit_runs + 1 if hit_runs <= MAX_PIECES else 1)
-    assert res.receipt.cached_tokens == 4 * (MAX_PIECES + 1) and res.cache.shared_nbytes == 0
+        assert len(res.cache.layers[2].pieces()) == turn  # turn - 1 runs hit, then the request's own tokens
+    assert res.receipt.cached_tokens == 4 * 19 and res.cache.shared_nbytes == 4 * 19 * memory_bytes(tiny)
     assert (res.logits - tiny.forward(chat)[-1]).abs().max() < 1e-4
 
 
