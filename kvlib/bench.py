@@ -5,9 +5,9 @@ decode: tokens/s of kvlib with and without its KV cache and of transformers'
 GPT-2's shape, by default; any model by name, SmolLM2 included), against the
 memory-bandwidth floor of a decode step (every weight read once per token) and the
 time of that step's bare weight matmuls (the floor torch itself reaches).
+prefill: a long prompt through kvlib and through transformers (time to first token's bulk).
 prompt caching: time to first token of a long prompt cold, warm (all but its last
-tokens cached; the hit shared by reference, and copied into the request's cache as
-kvlib did before) and with no prompt cache at all (what a 0 % hit rate costs).
+tokens cached) and with no prompt cache at all (what a 0 % hit rate costs).
 suite (`python -m kvlib bench --out DIR`): all of it on GPT-2's shape and SmolLM2 at
 several prompt lengths, written to DIR/bench.json, DIR/bench.md and plots.
 
@@ -155,40 +155,45 @@ def report_decode(r):
           f"of a step take {r['bare'] * 1e3:.1f} ms ({r['floor'] / r['bare']:.0%})")
 
 
-PREFILLS = {"none": "no prompt cache", "cold": "prompt cache, cold (0 % hits)",
-            "copied": "warm, hit copied in", "warm": "prompt cache, warm"}
-
-
-def prefill_copying_the_hit(pc, prompt):
-    """A warm prefill as kvlib did it before hits were shared by reference: the request then copies
-    every shared block into a buffer of its own (what cache.unshare() does), one copy per layer."""
-    res = pc.prefill(prompt)
-    for layer in res.cache.layers:
-        layer.unshare()
-    return res
+PREFILLS = {"none": "no prompt cache", "cold": "prompt cache, cold (0 % hits)", "warm": "prompt cache, warm"}
 
 
 def prompt_caching(model, prompt_len=1024, uncached_tail=16, repeats=3, seed=0):
     """Median prefill seconds of a prompt whose all but `uncached_tail` tokens are cached (warm),
-    the same with the hit copied into the request's cache (copied), of the same prompt through
-    an empty prompt cache (cold), and with no prompt cache (none)."""
+    of the same prompt through an empty prompt cache (cold), and with no prompt cache (none)."""
     from .prompt_cache import PromptCache
 
     shared = random_ids(model, prompt_len - uncached_tail, seed)
-    warm, copying = PromptCache(model, block_size=16), PromptCache(model, block_size=16)
-    for pc in (warm, copying):  # each caches the shared part; each sees each new tail first
-        pc.prefill(shared + random_ids(model, 1, seed + 1))
+    warm = PromptCache(model, block_size=16)
+    warm.prefill(shared + random_ids(model, 1, seed + 1))  # caches the shared part
     runs = {k: [] for k in PREFILLS}
-    for r in range(repeats):  # interleaved, so drift hits all four alike; a new tail each time
+    for r in range(repeats):  # interleaved, so drift hits all three alike; a new tail each time
         prompt = shared + random_ids(model, uncached_tail, seed + 2 + r)
         runs["none"].append(timed(lambda: model.forward(prompt, cache=model.new_cache(), last_only=True),
                                   model.device)[1])
         runs["cold"].append(PromptCache(model, block_size=16).prefill(prompt).seconds)
-        runs["copied"].append(timed(lambda: prefill_copying_the_hit(copying, prompt), model.device)[1])
         res, seconds = timed(lambda: warm.prefill(prompt), model.device)
         runs["warm"].append(seconds)
     return {"seconds": {k: statistics.median(v) for k, v in runs.items()}, "receipt": res.receipt,
             "prompt_len": prompt_len, "model": model.name}
+
+
+def prefill_rates(model, hf, prompt_len=1024, repeats=3, seed=0):
+    """Best seconds of a prefill (the prompt through the model into a new cache, the last token's
+    logits out) by kvlib and by transformers, on the same random prompt, taken in turn."""
+    prompt = random_ids(model, prompt_len, seed)
+    ids = torch.tensor([prompt], device=model.device)
+    runs = {"kvlib": lambda: model.forward(prompt, cache=model.new_cache(), last_only=True),
+            "transformers": lambda: hf(ids, use_cache=True, logits_to_keep=1)}
+    best = {}
+    with torch.no_grad():
+        for round in range(repeats + 1):  # round 0 warms up
+            for label, run in runs.items():
+                seconds = timed(run, model.device)[1]
+                if round:
+                    best[label] = min(best.get(label, seconds), seconds)
+    return {"prompt_len": prompt_len, "seconds": best,
+            "kvlib_over_transformers": best["transformers"] / best["kvlib"]}
 
 
 def report_prompt_caching(r):
@@ -198,7 +203,6 @@ def report_prompt_caching(r):
         print(f"  {label:<32} {t[key] * 1e3:9.1f} ms")
     print(f"  warm receipt: {rc.input_tokens} input, {rc.cached_tokens} cached, {rc.written_tokens} written")
     print(f"  warm vs cold: {t['cold'] / t['warm']:.1f}x faster")
-    print(f"  hit shared by reference vs copied in: {t['copied'] / t['warm']:.2f}x faster")
     print(f"  cost of a 0 % hit rate: {t['cold'] / t['none'] - 1:+.1%} over no prompt cache")
 
 
@@ -249,17 +253,22 @@ def suite_model(name, device, prompts, cached_tokens, cache_prompt_tokens, bandw
                         "time_to_first_token_seconds": r["ttft"], "kvlib_step_seconds": r["step"],
                         "same_tokens": same_tokens(r["rows"]),
                         "kvlib_over_transformers_cached": seconds["transformers, cached"] / seconds["kvlib, cached"],
+                        "kvlib_over_transformers_uncached":
+                            seconds["transformers, uncached"] / seconds["kvlib, uncached"],
+                        "step_over_bare_matmuls": r["step"] / bare,
                         "cache_tokens": r["cache_tokens"], "cache_bytes": r["cache_bytes"]})
         tps = decodes[-1]["tokens_per_second"]
         say(f"  prompt {p}: " + ", ".join(f"{k} {v:.1f}" for k, v in tps.items()) + " tok/s; "
             f"kvlib/transformers cached {decodes[-1]['kvlib_over_transformers_cached']:.2f}x")
+    prefill = prefill_rates(model, hf, min(cache_prompt_tokens, model.config.n_ctx))
+    say(f"  prefill of {prefill['prompt_len']} tokens: kvlib {prefill['seconds']['kvlib'] * 1e3:.0f} ms, "
+        f"transformers {prefill['seconds']['transformers'] * 1e3:.0f} ms ({prefill['kvlib_over_transformers']:.2f}x)")
     pc = prompt_caching(model, min(cache_prompt_tokens, model.config.n_ctx), repeats=2)
     say(f"  time to first token, {pc['prompt_len']}-token prompt: cold {pc['seconds']['cold'] * 1e3:.0f} ms, "
-        f"warm {pc['seconds']['warm'] * 1e3:.0f} ms (hit copied in: {pc['seconds']['copied'] * 1e3:.0f} ms, "
-        f"sharing {pc['seconds']['copied'] / pc['seconds']['warm']:.2f}x faster)")
+        f"warm {pc['seconds']['warm'] * 1e3:.0f} ms")
     per_token = memory.model_kv_bytes_per_token(model.config, bytes_per_number=model.dtype.itemsize)
     return {"model": str(model), "weight_bytes": nbytes, "floor_seconds": floor, "bare_matmul_seconds": bare,
-            "bare_matmul_fraction_of_floor": floor / bare, "decode": decodes,
+            "bare_matmul_fraction_of_floor": floor / bare, "decode": decodes, "prefill": prefill,
             "time_to_first_token": {"prompt_len": pc["prompt_len"], "seconds": pc["seconds"],
                                     "warm_cached_tokens": pc["receipt"].cached_tokens},
             "kv_bytes": {"formula_bytes_per_token": per_token,
@@ -296,23 +305,28 @@ def suite(out, device="cpu", names=SUITE_MODELS, prompts=SUITE_PROMPTS, cached_t
 
 
 def markdown_table(result):
-    """The suite's decode figures as a Markdown table, one row per model and prompt."""
+    """The suite's figures as Markdown: per model and prompt, kvlib's decode speed and its ratios to
+    transformers (cached and uncached, > 1 is kvlib faster) and to the step's bare weight matmuls
+    (> 1 is kvlib's overhead); per model, prefill against transformers and time to first token."""
     m = result["machine"]
     lines = [f"{m['gpu'] or m['processor']}, {m['cpu_cores']} cores, {m['torch_threads']} torch threads, "
              f"{m['device']}, torch {m['torch']}; memory read at {result['bandwidth_bytes_per_second'] / 1e9:.1f} GB/s",
-             "", "| model | prompt | kvlib cached | transformers cached | kvlib / transformers | kvlib uncached | "
-             "transformers uncached | floor | bare matmuls | kvlib step | TTFT cold / hit copied / hit shared |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "", "| model | prompt | kvlib cached | ÷ transformers cached | kvlib uncached | ÷ transformers uncached "
+             "| kvlib step | ÷ bare matmuls |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in result["models"].items():
-        t = r["time_to_first_token"]["seconds"]
         for d in r["decode"]:
             tps = d["tokens_per_second"]
             lines.append(f"| {name} | {d['prompt_len']} | {tps['kvlib, cached']:.1f} tok/s | "
-                         f"{tps['transformers, cached']:.1f} tok/s | {d['kvlib_over_transformers_cached']:.2f}x | "
-                         f"{tps['kvlib, uncached']:.1f} tok/s | {tps['transformers, uncached']:.1f} tok/s | "
-                         f"{r['floor_seconds'] * 1e3:.1f} ms | {r['bare_matmul_seconds'] * 1e3:.1f} ms | "
-                         f"{d['kvlib_step_seconds'] * 1e3:.1f} ms ({r['floor_seconds'] / d['kvlib_step_seconds']:.0%})"
-                         f" | {t['cold'] * 1e3:.0f} / {t['copied'] * 1e3:.0f} / {t['warm'] * 1e3:.0f} ms |")
+                         f"{d['kvlib_over_transformers_cached']:.2f}x | {tps['kvlib, uncached']:.1f} tok/s | "
+                         f"{d['kvlib_over_transformers_uncached']:.2f}x | {d['kvlib_step_seconds'] * 1e3:.1f} ms | "
+                         f"{d['step_over_bare_matmuls']:.2f}x |")
+    lines += ["", "| model | prefill | kvlib | transformers | kvlib ÷ transformers | TTFT cold / warm |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for name, r in result["models"].items():
+        p, t = r["prefill"], r["time_to_first_token"]["seconds"]
+        lines.append(f"| {name} | {p['prompt_len']:,} tokens | {p['seconds']['kvlib'] * 1e3:.0f} ms | "
+                     f"{p['seconds']['transformers'] * 1e3:.0f} ms | {p['kvlib_over_transformers']:.2f}x | "
+                     f"{t['cold'] * 1e3:.0f} / {t['warm'] * 1e3:.0f} ms |")
     return "\n".join(lines) + "\n"
 
 
@@ -337,11 +351,11 @@ def plot_decode(result):
 
 
 def plot_ttft(result):
-    """Time to first token of a long prompt: no prompt cache, cold, warm with the hit copied, warm."""
+    """Time to first token of a long prompt: no prompt cache, cold, warm."""
     fig, axes = _axes(len(result["models"]))
     for ax, (name, r) in zip(axes, result["models"].items()):
         t = r["time_to_first_token"]
-        ax.bar(list(PREFILLS.values()), [t["seconds"][k] * 1e3 for k in PREFILLS], color=["grey", "C3", "C1", "C2"])
+        ax.bar(list(PREFILLS.values()), [t["seconds"][k] * 1e3 for k in PREFILLS], color=["grey", "C3", "C2"])
         ax.set(ylabel="ms", title=f"{name}, {t['prompt_len']}-token prompt")
         ax.tick_params(axis="x", labelsize=7)
     return fig
