@@ -12,7 +12,7 @@ from kvlib import KVLibError, exercises, longcontext, memory, models, plots, wid
 
 def test_step_seconds_by_context(tiny):
     lengths, seconds = longcontext.step_seconds_by_context(tiny, [300, 8, 100], repeats=2)
-    assert lengths == [8, 100, 300] and len(seconds) == 3 and all(0 < s < 5 for s in seconds)
+    assert lengths == [8, 100, 300] and len(seconds) == 3 and all(s > 0 for s in seconds)  # how long: machine's
 
 
 def test_step_seconds_stays_in_the_context(tiny):
