@@ -69,7 +69,7 @@ def gqa(x, p, config, cos, sin, layer_cache, mask, record=None):  # [T, C] -> [T
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)  # position enters here, and only here
     K, V = layer_cache.append(k, v)  # [nkv, S, hd]: keys after RoPE, so a cached key never turns again
     if record is None:  # as in gpt2.mha; the fused kernel serves each K/V head's group of queries itself
-        out = F.scaled_dot_product_attention(q, K, V, attn_mask=mask, enable_gqa=True)
+        out = F.scaled_dot_product_attention(q[None], K[None], V[None], attn_mask=mask, enable_gqa=True)[0]
     else:
         out, scores, weights = grouped_attention(q, K, V, mask)  # [nh, T, hd]
         record(x=x, q=q, k=k, v=v, scores=scores, weights=weights, out=out)
