@@ -11,10 +11,11 @@ a Trace of the real forward pass so the numbers are the model's own.
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
-from .kv_cache import causal_mask
+from .gpt2 import causal_mask
 from .llama import rope_angles, rotate
 from .trace import Trace
 
@@ -38,18 +39,38 @@ class HeadSteps:
     out: torch.Tensor      # [T, hs]
 
 
-def head_weights(model, layer, head):  # -> (WQ, bQ), (WK, bK), (WV, bV); W [C, hs], b [hs]
+class HeadWeights(NamedTuple):  # one head's columns of its layer's projections: W [C, hs], b [hs]
+    WQ: torch.Tensor
+    bQ: torch.Tensor
+    WK: torch.Tensor
+    bK: torch.Tensor
+    WV: torch.Tensor
+    bV: torch.Tensor
+
+
+class Guess(NamedTuple):  # one candidate for the next token
+    token: str
+    p: float
+
+
+class Attended(NamedTuple):  # where one query puts its largest weight
+    position: int
+    token: str
+    weight: float
+
+
+def head_weights(model, layer, head):  # -> HeadWeights
     """Cut one head's columns out of the layer's projections."""
     p, c = model.params["h"][layer], model.config
     hs = c.head_dim
     if c.arch == "gpt2":  # Q, K and V of all heads side by side in one matrix c_attn [C, 3C], and a bias
         w, b = p["attn.c_attn.weight"], p["attn.c_attn.bias"]
         cols = [slice(part * c.n_embd + head * hs, part * c.n_embd + (head + 1) * hs) for part in range(3)]
-        return [(w[:, cols_], b[cols_]) for cols_ in cols]
+        return HeadWeights(*(t for cols_ in cols for t in (w[:, cols_], b[cols_])))
     kv = head // (c.n_head // c.n_kv_head)  # the K/V head this query head shares with its group
-    parts = [("q_proj", head), ("k_proj", kv), ("v_proj", kv)]  # kvlib keeps them [C, heads * hs]
-    return [(p[f"self_attn.{name}.weight"][:, h * hs:(h + 1) * hs], torch.zeros(hs, device=model.device))
-            for name, h in parts]
+    cut = lambda name, h: p[f"self_attn.{name}.weight"][:, h * hs:(h + 1) * hs]  # kvlib keeps them [C, heads * hs]
+    no_bias = torch.zeros(hs, device=model.device)  # Llama's projections have none
+    return HeadWeights(cut("q_proj", head), no_bias, cut("k_proj", kv), no_bias, cut("v_proj", kv), no_bias)
 
 
 def explain(model, text, layer=0, head=0):
@@ -57,29 +78,28 @@ def explain(model, text, layer=0, head=0):
     trace = Trace()
     model.forward(ids, trace=trace)
     E = trace.layers[layer].x  # [T, C]
-    (WQ, bQ), (WK, bK), (WV, bV) = head_weights(model, layer, head)
+    WQ, bQ, WK, bK, WV, bV = head_weights(model, layer, head)
     Q, K, V = E @ WQ + bQ, E @ WK + bK, E @ WV + bV  # [T, hs]
     if model.config.arch == "llama":  # position enters by turning Q and K, pair by pair
         cos, sin = rope_angles(torch.arange(len(ids), device=ids.device), model.config.head_dim, model.config.rope_theta)
         Q, K = rotate(Q, cos, sin), rotate(K, cos, sin)
     scores = Q @ K.T / math.sqrt(Q.shape[-1])  # [T, T]
-    pos = torch.arange(len(ids), device=scores.device)
-    masked = scores + causal_mask(pos, pos)  # -inf above the diagonal
+    masked = scores + causal_mask(len(ids), len(ids), scores.device)
     weights = torch.softmax(masked, dim=-1)
     tokens = [model.decode([i]) for i in ids.tolist()]
     return HeadSteps(tokens, E, WQ, WK, WV, bQ, bK, bV, Q, K, V, scores, masked, weights, weights @ V)
 
 
-def top_next(model, text, k=5, trace=None):  # -> [(token text, probability)] for the token after `text`
+def top_next(model, text, k=5, trace=None):  # -> [Guess(token text, probability)] for the token after `text`
     """What the model really predicts next, best first (fills `trace` when one is passed)."""
     probs = torch.softmax(model.forward(model.check_ids(text), trace=trace, last_only=True)[-1].float(), dim=-1)
     top = probs.topk(k)
-    return [(model.decode([i]), p) for i, p in zip(top.indices.tolist(), top.values.tolist())]
+    return [Guess(model.decode([i]), p) for i, p in zip(top.indices.tolist(), top.values.tolist())]
 
 
-def most_attended(row, tokens):  # one query's weights [S], S token texts -> (position, token, weight)
+def most_attended(row, tokens):  # one query's weights [S], S token texts -> Attended
     j = int(row.argmax())
-    return j, tokens[j], row[j].item()
+    return Attended(j, tokens[j], row[j].item())
 
 
 def word_or_place(before, after):  # two (trace, tokens) runs -> {kind: [(layer, head)]}
@@ -112,7 +132,7 @@ def even_first_share(n_tokens):  # what first_token_share would be if every quer
 
 def kv_groups(model, layer):  # -> [[query heads]] per K/V head, found by comparing the weights themselves
     """The query heads that read the very same key weights WK: one group per K/V head."""
-    wk = [head_weights(model, layer, h)[1][0] for h in range(model.config.n_head)]
+    wk = [head_weights(model, layer, h).WK for h in range(model.config.n_head)]
     groups = {}  # the group's first head -> its heads
     for h, w in enumerate(wk):
         first = next((g for g in groups if torch.equal(wk[g], w)), h)

@@ -10,6 +10,7 @@ does one sample tend to be larger than the other?
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy.stats import mannwhitneyu
@@ -17,6 +18,11 @@ from scipy.stats import mannwhitneyu
 from . import memory
 from .measure import random_ids
 from .prompt_cache import PromptCache
+
+
+class Medians(NamedTuple):  # the attacker's median time to first token, ms
+    sent: float     # for prompts the victim had sent
+    unsent: float   # for prompts nobody had sent
 
 
 @dataclass
@@ -28,8 +34,8 @@ class Attack:
     prompt_tokens: int
 
     @property
-    def medians(self):  # (sent, unsent) in ms
-        return float(np.median(self.sent)), float(np.median(self.unsent))
+    def medians(self):  # ms
+        return Medians(float(np.median(self.sent)), float(np.median(self.unsent)))
 
 
 def attack(model, share_across_tenants, n=100, prompt_tokens=128, block_size=16, seed=0):

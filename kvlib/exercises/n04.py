@@ -29,7 +29,7 @@ def first_row(model):
                   "(printed above): most text that starts like this is not the rhyme.")
 def mary_top_word(smollm2):
     """Which word does SmolLM2 rank first after "Mary had a little"? (type the word, without a space)"""
-    return attention.top_next(smollm2, MARY, k=1)[0][0].strip()
+    return attention.top_next(smollm2, MARY, k=1)[0].token.strip()
 
 
 @exercise("04.layer10_head1", uses=("smollm2",),
@@ -38,7 +38,7 @@ def mary_top_word(smollm2):
 def layer10_head1(smollm2):
     """In SmolLM2's layer 10, head 1, which earlier word does the last token of "Mary had a little" weigh most?"""
     trace, tokens = read_mary(smollm2)
-    return attention.most_attended(trace.layers[10].weights[1, -1], tokens)[1].strip()
+    return attention.most_attended(trace.layers[10].weights[1, -1], tokens).token.strip()
 
 
 @exercise("04.keys_per_layer", uses=("smollm2",),
