@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import torch
 
-from .gpt2 import causal_mask
+from .kv_cache import causal_mask
 from .llama import rope_angles, rotate
 from .trace import Trace
 
@@ -84,7 +84,8 @@ def explain(model, text, layer=0, head=0):
         cos, sin = rope_angles(torch.arange(len(ids), device=ids.device), model.config.head_dim, model.config.rope_theta)
         Q, K = rotate(Q, cos, sin), rotate(K, cos, sin)
     scores = Q @ K.T / math.sqrt(Q.shape[-1])  # [T, T]
-    masked = scores + causal_mask(len(ids), len(ids), scores.device)
+    pos = torch.arange(len(ids), device=scores.device)
+    masked = scores + causal_mask(pos, pos)  # -inf above the diagonal
     weights = torch.softmax(masked, dim=-1)
     tokens = [model.decode([i]) for i in ids.tolist()]
     return HeadSteps(tokens, E, WQ, WK, WV, bQ, bK, bV, Q, K, V, scores, masked, weights, weights @ V)
