@@ -34,6 +34,14 @@ def tiny():
 
 
 @pytest.fixture(scope="session")
+def hf_tiny():
+    """tiny as transformers alone reads it: an expectation that shares no code with kvlib."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(models.TINY_DIR).eval(), AutoTokenizer.from_pretrained(models.TINY_DIR)
+
+
+@pytest.fixture(scope="session")
 def random_gpt2():
     return kvlib.load_model("random-gpt2", device="cpu")
 
