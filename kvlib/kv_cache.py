@@ -10,9 +10,11 @@ look at (`admit`, once per call), and, per layer, all the keys and values to att
 (`append`). Everything else a cache can do happens in here, out of the teaching code:
 - Storage grows by doubling (as a Python list does), so appending one token does not
   re-copy the whole cache every step.
-- A sliding window (`window`, `sinks`): the cache keeps only the first `sinks` tokens and
-  the last `window`, dropping the rest as the text moves on, and masks the same tokens
-  while a prompt goes through in one call, so eviction and masking agree (StreamingLLM).
+- A sliding window (`window`, `sinks`): each new call first drops the tokens no new token
+  may see, so from the second call on the cache holds the first `sinks` tokens and the last
+  `window`; within a call (a prompt fed at once is held whole until the next) the mask hides
+  the same tokens, so eviction and masking agree. Sinks as in StreamingLLM, but positions stay
+  those of the text: a window saves memory, it does not stretch the context.
 - Shared blocks: a prompt-cache hit hands a request the stored blocks themselves, by
   reference, as vLLM's block tables do (`share`). The request's own tokens go into its
   own buffer after them, so the shared blocks are never written (copy-on-write); each
@@ -58,7 +60,7 @@ class LayerCache:
         return self.keys, self.values
 
     @property
-    def keys(self):  # [nkv, length, hs]: a view of our own buffer, or, with shared pieces, gathered anew
+    def keys(self):  # [nkv, length, hs]: a view of our own buffer, or, with shared pieces, a gathered copy
         return self._held(0)
 
     @property
@@ -67,8 +69,9 @@ class LayerCache:
 
     def _held(self, kv):
         own = self.own()[kv]
-        pieces = [piece[kv] for piece in self._shared] + ([own] if own is not None else [])
-        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, 1) if pieces else None
+        if not self._shared:
+            return own  # writing into it changes this cache, as writing into a list's items would
+        return torch.cat([piece[kv] for piece in self._shared] + ([own] if own is not None else []), 1)
 
     def pieces(self):  # -> [(k, v)]: the shared pieces, then our own tokens, in order
         return self._shared + ([self.own()] if self.length > self.shared_length else [])
@@ -84,13 +87,16 @@ class LayerCache:
         self.shared_length = self.length = sum(k.shape[1] for k, _ in self._shared)
 
     def unshare(self):
-        """Copy the shared pieces into our own buffer (once), so that writes into `keys` reach this cache."""
+        """Copy the shared pieces into our own buffer (once), so that writes into `keys` reach this cache
+        (and never the blocks a prompt cache stores)."""
         if self._shared:
             self._k, self._v = self.keys, self.values
             self._shared, self.shared_length = [], 0
 
     def drop(self, start, end):
         """Forget held tokens start..end-1; later ones move up (a sliding window's eviction, or a crop)."""
+        if start == end:
+            return
         if start < self.shared_length:  # only a crop reaches into shared pieces: keep them whole or copy
             self.unshare()
         own_start, own_end, own = start - self.shared_length, end - self.shared_length, self.length - self.shared_length
@@ -128,7 +134,7 @@ class LayerCache:
 class KVCache:
     """keys and values of every layer, [n_kv_heads, T, head_dim] each (n_kv_heads = n_head in GPT-2).
 
-    window, sinks: keep only the first `sinks` tokens and the last `window` (a sliding window);
+    window, sinks: from the second call on, hold only the first `sinks` tokens and the last `window`;
     None keeps every token."""
 
     def __init__(self, n_layer, window=None, sinks=0):
@@ -169,6 +175,8 @@ class KVCache:
         """Keep the first n tokens held and forget the rest, as if they had never been fed."""
         if not 0 <= n <= len(self):
             raise KVLibError(f"crop keeps 0 to {len(self)} tokens, not {n}")
+        if len(self) < self.seen and n < self.sinks:  # the window has moved on: what followed the sinks is gone
+            raise KVLibError(f"crop keeps at least the {self.sinks} sinks of a window that has dropped tokens")
         self.seen -= len(self) - n
         for layer in self.layers:
             layer.drop(n, layer.length)
@@ -181,11 +189,11 @@ class KVCache:
         self.seen = len(self)
 
     @property
-    def nbytes(self):  # exact bytes of all K and V tensors
+    def nbytes(self):  # bytes of the K and V held, shared blocks included, spare capacity not
         return sum(layer.nbytes for layer in self.layers)
 
     @property
-    def shared_nbytes(self):  # of which read in place from a prompt cache's stored blocks, never copied
+    def shared_nbytes(self):  # of which held by reference to a prompt cache's stored blocks, not copied in
         return sum(layer.shared_nbytes for layer in self.layers)
 
     def copy(self):

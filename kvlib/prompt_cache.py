@@ -14,19 +14,21 @@ Two modes, as the two big providers cache:
   (OpenAI: from 1,024 tokens, then 1,152, 1,280...).
 - "explicit" (Anthropic): nothing is cached unless the request marks where a cacheable
   prefix ends (its `cache_control` marker, here a token count, up to 4 per request);
-  each marked prefix is one block, cached whole, if it holds at least `min_tokens`.
+  each marked prefix ends a block (from the mark before it), cached whole, if the prefix
+  holds at least `min_tokens`.
 
 Each block is stored once and shared by every request that hits it, by reference: the
-request's KVCache starts from the stored tensors themselves (no copy, as vLLM's block
-tables point at shared blocks) and puts its own tokens in a buffer of its own after
-them, so a request never changes what another one sees (kv_cache.py: copy-on-write).
+request's KVCache starts from the stored tensors themselves (not copied in, as vLLM's
+block tables point at shared blocks; each call gathers them beside the request's own
+tokens) and puts its own tokens in a buffer of its own after them, so a request never
+changes what another one sees (kv_cache.py: copy-on-write).
 The blocks one request writes are cut from one tensor per layer (a run), so a later hit
 on them reads one piece per layer, not one per block; when eviction takes some of a
 run's blocks, the rest are copied into a smaller run, so the bytes counted are the bytes
 held. (A request still reading an evicted run keeps it alive until it ends, as vLLM
 frees a block only when no running request holds it.) Entries expire `ttl_seconds`
-after their last use; under `max_bytes` the least recently used blocks go first, and the budget is never
-exceeded. A prefix is never left with a hole: only leaves are evicted (blocks that no
+after their last use (checked at each lookup, or by expire()); under `max_bytes` the least
+recently used blocks go first, and the bytes stored never exceed it. A prefix is never left with a hole: only leaves are evicted (blocks that no
 stored block continues), as vLLM frees a request's tail blocks first and SGLang's radix
 tree evicts leaves; and using or writing a block renews its ancestors too, so a parent
 never expires before its children. Tenants never share blocks unless

@@ -6,7 +6,7 @@ Pass a Trace to `Model.forward` and each layer records its tensors (as
     q        [nh, T, hs]     the new tokens' queries
     k, v     [nkv, T, hs]    their keys and values (nkv = nh in GPT-2; fewer with grouped
                              KV heads); in the Llama family q and k are taken after RoPE
-    scores   [nh, T, S]      q . k / sqrt(hs), -inf above the diagonal
+    scores   [nh, T, S]      q . k / sqrt(hs), -inf where the mask hides a key
     weights  [nh, T, S]      softmax of scores; each row sums to 1
     out      [nh, T, hs]     weights . v, before the output projection
     resid    [T, C]          the block's output: the residual stream after attention and

@@ -129,6 +129,37 @@ def test_a_sliding_window_masks_in_one_pass_what_it_evicts_step_by_step(request,
     assert (one_pass[-1] - plain[-1]).abs().max() > 1e-3
 
 
+def test_crop_refuses_what_it_cannot_undo(tiny):
+    empty = tiny.new_cache()
+    empty.crop(0)  # nothing held, nothing to forget
+    assert len(empty) == empty.seen == 0
+    windowed = tiny.new_cache(4, sinks=2)
+    for t in range(12):
+        tiny.forward([t], cache=windowed)
+    assert windowed.positions().tolist() == [0, 1, 8, 9, 10, 11]
+    windowed.crop(4)  # the newest go: positions stay those of the text
+    assert windowed.positions().tolist() == [0, 1, 8, 9] and windowed.seen == 10
+    with pytest.raises(kvlib.KVLibError, match="at least the 2 sinks"):
+        windowed.crop(1)
+
+
+def test_unsharing_a_cache_of_one_shared_piece_copies_it(tiny):
+    """The one case where the held keys could be the stored tensor itself: a cache started from a single
+    shared piece and nothing of its own. Unsharing must copy, or a later write would reach the block."""
+    source = tiny.new_cache()
+    tiny.forward([1, 2, 3], cache=source)
+    pieces = [[(layer.keys, layer.values)] for layer in source.layers]
+    before = [(k.clone(), v.clone()) for (k, v), in pieces]
+    cache = tiny.new_cache()
+    cache.share(pieces)
+    layer = cache.layers[0]
+    layer.keys.zero_()  # a gathered copy: nothing reaches the piece
+    layer.unshare()
+    layer.keys.zero_()  # the cache's own buffer now
+    assert layer.keys.abs().sum() == 0
+    assert all(torch.equal(k, kb) and torch.equal(v, vb) for ((k, v),), (kb, vb) in zip(pieces, before))
+
+
 def test_a_window_refuses_bad_sizes_and_shared_blocks(tiny):
     with pytest.raises(kvlib.KVLibError, match="window must be at least 1"):
         tiny.new_cache(0)
