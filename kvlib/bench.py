@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import memory, models
+from . import memory, models, plots
 from .generate import generate
 from .measure import bare_matmul_seconds, random_ids, read_bandwidth, step_weight_bytes, timed
 
@@ -330,69 +330,9 @@ def markdown_table(result):
     return "\n".join(lines) + "\n"
 
 
-def _axes(n):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(5 * n, 4), layout="constrained")
-    return fig, fig.subplots(1, n, squeeze=False)[0]
-
-
-def plot_decode(result):
-    """Decode tokens/s per prompt length, the four runs side by side, one panel per model."""
-    fig, axes = _axes(len(result["models"]))
-    for ax, (name, r) in zip(axes, result["models"].items()):
-        x = np.arange(len(r["decode"]))
-        for i, label in enumerate(LABELS):
-            ax.bar(x + (i - 1.5) * 0.2, [d["tokens_per_second"][label] for d in r["decode"]], 0.2, label=label)
-        ax.set_xticks(x, [str(d["prompt_len"]) for d in r["decode"]])
-        ax.set(yscale="log", xlabel="prompt tokens", ylabel="decode tokens/s", title=name)
-    axes[0].legend(fontsize=8)
-    return fig
-
-
-def plot_ttft(result):
-    """Time to first token of a long prompt: no prompt cache, cold, warm."""
-    fig, axes = _axes(len(result["models"]))
-    for ax, (name, r) in zip(axes, result["models"].items()):
-        t = r["time_to_first_token"]
-        ax.bar(list(PREFILLS.values()), [t["seconds"][k] * 1e3 for k in PREFILLS], color=["grey", "C3", "C2"])
-        ax.set(ylabel="ms", title=f"{name}, {t['prompt_len']}-token prompt")
-        ax.tick_params(axis="x", labelsize=7)
-    return fig
-
-
-def plot_kv_bytes(result):
-    """Bytes of kvlib's cache after each run against the formula's line."""
-    fig, axes = _axes(len(result["models"]))
-    for ax, (name, r) in zip(axes, result["models"].items()):
-        kv = r["kv_bytes"]
-        tokens = np.array([0, max(kv["tokens"])])
-        ax.plot(tokens, tokens * kv["formula_bytes_per_token"] / 1e6, "--", color="grey",
-                label=f"formula: {kv['formula_bytes_per_token']:,} bytes/token")
-        ax.plot(kv["tokens"], np.array(kv["measured"]) / 1e6, "o", label="measured cache")
-        ax.set(xlabel="tokens in the cache", ylabel="MB", title=name)
-        ax.legend(fontsize=8)
-    return fig
-
-
-def plot_floor(result):
-    """Milliseconds per cached decode step against the bandwidth floor and the bare matmuls."""
-    fig, axes = _axes(len(result["models"]))
-    for ax, (name, r) in zip(axes, result["models"].items()):
-        d = r["decode"][0]
-        bars = {"bandwidth floor": r["floor_seconds"], "bare matmuls": r["bare_matmul_seconds"],
-                "kvlib, cached": 1 / d["tokens_per_second"]["kvlib, cached"],
-                "transformers, cached": 1 / d["tokens_per_second"]["transformers, cached"]}
-        ax.bar(list(bars), [s * 1e3 for s in bars.values()], color=["grey", "C7", "C0", "C1"])
-        for i, s in enumerate(bars.values()):
-            ax.annotate(f"{r['floor_seconds'] / s:.0%}", (i, s * 1e3), ha="center", va="bottom", fontsize=8)
-        ax.set(ylabel="ms per token (% = share of the floor)", title=f"{name}, {d['prompt_len']}-token prompt")
-        ax.tick_params(axis="x", labelsize=7)
-    return fig
-
-
-FIGURES = {"decode_tokens_per_second.png": plot_decode, "time_to_first_token.png": plot_ttft,
-           "kv_bytes.png": plot_kv_bytes, "bandwidth_floor.png": plot_floor}
+FIGURES = {"decode_tokens_per_second.png": plots.bench_decode,
+           "time_to_first_token.png": functools.partial(plots.bench_time_to_first_token, labels=PREFILLS),
+           "kv_bytes.png": plots.bench_kv_bytes, "bandwidth_floor.png": plots.bench_floor}
 
 
 def main(args):

@@ -424,3 +424,65 @@ def loss_by_position(curves, title, smooth=16):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+# --- the benchmark suite's figures (kvlib.bench writes them), from its result dict ------------------
+
+def _bench_axes(n):
+    fig = Figure(figsize=(5 * n, 4), layout="constrained")
+    return fig, fig.subplots(1, n, squeeze=False)[0]
+
+
+def bench_decode(result):
+    """Decode tokens/s per prompt length, the four runs side by side, one panel per model."""
+    fig, axes = _bench_axes(len(result["models"]))
+    for ax, (name, r) in zip(axes, result["models"].items()):
+        x = np.arange(len(r["decode"]))
+        for i, label in enumerate(r["decode"][0]["tokens_per_second"]):  # the four runs, hatched as well as coloured
+            ax.bar(x + (i - 1.5) * 0.2, [d["tokens_per_second"][label] for d in r["decode"]], 0.2, label=label,
+                   hatch=["", "//", "..", "xx"][i % 4])
+        ax.set_xticks(x, [str(d["prompt_len"]) for d in r["decode"]])
+        ax.set(yscale="log", xlabel="prompt tokens", ylabel="decode tokens/s", title=name)
+    axes[0].legend(fontsize=8)
+    return fig
+
+
+def bench_time_to_first_token(result, labels):
+    """Time to first token of a long prompt: no prompt cache, cold, warm (labels: key -> bar label)."""
+    fig, axes = _bench_axes(len(result["models"]))
+    for ax, (name, r) in zip(axes, result["models"].items()):
+        t = r["time_to_first_token"]
+        ax.bar(list(labels.values()), [t["seconds"][k] * 1e3 for k in labels], color=["grey", "C3", "C2"])
+        ax.set(ylabel="ms", title=f"{name}, {t['prompt_len']}-token prompt")
+        ax.tick_params(axis="x", labelsize=7)
+    return fig
+
+
+def bench_kv_bytes(result):
+    """Bytes of kvlib's cache after each run against the formula's line."""
+    fig, axes = _bench_axes(len(result["models"]))
+    for ax, (name, r) in zip(axes, result["models"].items()):
+        kv = r["kv_bytes"]
+        tokens = np.array([0, max(kv["tokens"])])
+        ax.plot(tokens, tokens * kv["formula_bytes_per_token"] / 1e6, "--", color="grey",
+                label=f"formula: {kv['formula_bytes_per_token']:,} bytes/token")
+        ax.plot(kv["tokens"], np.array(kv["measured"]) / 1e6, "o", label="measured cache")
+        ax.set(xlabel="tokens in the cache", ylabel="MB", title=name)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def bench_floor(result):
+    """Milliseconds per cached decode step against the bandwidth floor and the bare matmuls."""
+    fig, axes = _bench_axes(len(result["models"]))
+    for ax, (name, r) in zip(axes, result["models"].items()):
+        d = r["decode"][0]
+        bars = {"bandwidth floor": r["floor_seconds"], "bare matmuls": r["bare_matmul_seconds"],
+                "kvlib, cached": 1 / d["tokens_per_second"]["kvlib, cached"],
+                "transformers, cached": 1 / d["tokens_per_second"]["transformers, cached"]}
+        ax.bar(list(bars), [s * 1e3 for s in bars.values()], color=["grey", "C7", "C0", "C1"])
+        for i, s in enumerate(bars.values()):
+            ax.annotate(f"{r['floor_seconds'] / s:.0%}", (i, s * 1e3), ha="center", va="bottom", fontsize=8)
+        ax.set(ylabel="ms per token (% = share of the floor)", title=f"{name}, {d['prompt_len']}-token prompt")
+        ax.tick_params(axis="x", labelsize=7)
+    return fig
