@@ -119,7 +119,7 @@ def cache_read_seconds(model, lengths, repeats=5, seed=0):
     with torch.inference_mode(), one_thread():
         for round in range(repeats + 1):
             for i, (k, v, mask) in enumerate(caches):
-                _, seconds = timed(lambda: [grouped_attention(q, [k], [v], mask) for _ in range(c.n_layer)], model.device)
+                _, seconds = timed(lambda: [grouped_attention(q, k, v, mask) for _ in range(c.n_layer)], model.device)
                 if round:
                     best[i] = min(best[i], seconds)
     return lengths, best
