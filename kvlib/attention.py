@@ -60,17 +60,8 @@ class Attended(NamedTuple):  # where one query puts its largest weight
 
 
 def head_weights(model, layer, head):  # -> HeadWeights
-    """Cut one head's columns out of the layer's projections."""
-    p, c = model.params["h"][layer], model.config
-    hs = c.head_dim
-    if c.arch == "gpt2":  # Q, K and V of all heads side by side in one matrix c_attn [C, 3C], and a bias
-        w, b = p["attn.c_attn.weight"], p["attn.c_attn.bias"]
-        cols = [slice(part * c.n_embd + head * hs, part * c.n_embd + (head + 1) * hs) for part in range(3)]
-        return HeadWeights(*(t for cols_ in cols for t in (w[:, cols_], b[cols_])))
-    kv = head // (c.n_head // c.n_kv_head)  # the K/V head this query head shares with its group
-    cut = lambda name, h: p[f"self_attn.{name}.weight"][:, h * hs:(h + 1) * hs]  # kvlib keeps them [C, heads * hs]
-    no_bias = torch.zeros(hs, device=model.device)  # Llama's projections have none
-    return HeadWeights(cut("q_proj", head), no_bias, cut("k_proj", kv), no_bias, cut("v_proj", kv), no_bias)
+    """Cut one head's columns out of the layer's projections (where they sit is its family's knowledge)."""
+    return HeadWeights(*model.family.head_weights(model.params["h"][layer], model.config, head))
 
 
 def explain(model, text, layer=0, head=0):
@@ -80,7 +71,7 @@ def explain(model, text, layer=0, head=0):
     E = trace.layers[layer].x  # [T, C]
     WQ, bQ, WK, bK, WV, bV = head_weights(model, layer, head)
     Q, K, V = E @ WQ + bQ, E @ WK + bK, E @ WV + bV  # [T, hs]
-    if model.config.arch == "llama":  # position enters by turning Q and K, pair by pair
+    if model.family.position_table is None:  # no position table: position enters by turning Q and K (RoPE)
         cos, sin = rope_angles(torch.arange(len(ids), device=ids.device), model.config.head_dim, model.config.rope_theta)
         Q, K = rotate(Q, cos, sin), rotate(K, cos, sin)
     scores = Q @ K.T / math.sqrt(Q.shape[-1])  # [T, T]

@@ -33,11 +33,8 @@ def families(model, per_family=8, min_size=4):  # -> {family: [(word, id)]}
     return out
 
 
-TABLE = {"gpt2": "wte.weight", "llama": "embed_tokens.weight"}  # the checkpoint name of each family's table
-
-
 def table(model):  # the token embedding table [V, C]
-    return model.params[TABLE[model.config.arch]]
+    return model.params[model.family.token_table]
 
 
 def lookup(model, ids):  # list[int] -> [T, C]
@@ -128,11 +125,11 @@ def widths(models):  # -> {name: dims}: the loaded models' own n_embd, then the 
 
 
 def position_table(model):  # GPT-2's learned position rows [n_ctx, C]
-    if "wpe.weight" not in model.params:
+    if model.family.position_table is None:
         raise KVLibError(f"{model.name} adds no position table: a {model.config.arch}-family model turns each "
                          f"query and key by angles set by its position (rotary embeddings, RoPE) inside "
                          f"attention. Load a GPT-2 model (such as 'tiny') to see positions added in.")
-    return model.params["wpe.weight"]
+    return model.params[model.family.position_table]
 
 
 def similarity_by_distance(model):  # -> [n_ctx - 1]: mean cosine similarity of position rows d = 1, 2, ... apart

@@ -55,6 +55,13 @@ def attention(q, k, v, mask):  # [nh, T, hs], [nh, S, hs] x 2, [T, S] -> out [nh
     return weights @ v, scores, weights
 
 
+def head_weights(p, config, head):  # one head's (W [C, hs], b [hs]) for Q, K and V
+    """c_attn [C, 3C] holds Q, K and V of all heads side by side; head h is columns h*hs.. of each third."""
+    w, b, C, hs = p["attn.c_attn.weight"], p["attn.c_attn.bias"], config.n_embd, config.head_dim
+    cols = [slice(part * C + head * hs, part * C + (head + 1) * hs) for part in range(3)]
+    return [t for c in cols for t in (w[:, c], b[c])]
+
+
 def mha(x, p, n_head, layer_cache, mask, record=None):  # [T, C] -> [T, C]
     q, k, v = linear(x, p["attn.c_attn.weight"], p["attn.c_attn.bias"]).chunk(3, dim=-1)  # 3 x [T, C]
     q, k, v = (split_heads(t, n_head) for t in (q, k, v))  # [nh, T, hs]

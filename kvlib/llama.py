@@ -62,6 +62,14 @@ def grouped_attention(q, k, v, mask):  # [nh, T, hd], [nkv, S, hd] x 2, [T, S] -
     return out.view(nh, T, hd), scores.view(nh, T, -1), weights.view(nh, T, -1)
 
 
+def head_weights(p, config, head):  # one query head's (W [C, hd], b [hd]) for Q, and its group's K and V
+    """Query head h reads K/V head h // group; the projections have no bias (zeros stand in)."""
+    hd, kv = config.head_dim, head // (config.n_head // config.n_kv_head)
+    cut = lambda name, h: p[f"self_attn.{name}.weight"][:, h * hd:(h + 1) * hd]  # noqa: E731 -- [C, heads * hd]
+    no_bias = torch.zeros(hd, device=p["self_attn.q_proj.weight"].device)
+    return [cut("q_proj", head), no_bias, cut("k_proj", kv), no_bias, cut("v_proj", kv), no_bias]
+
+
 def gqa(x, p, config, cos, sin, layer_cache, mask, record=None):  # [T, C] -> [T, C]
     q = split_heads(linear(x, p["self_attn.q_proj.weight"]), config.n_head)  # [nh, T, hd]
     k = split_heads(linear(x, p["self_attn.k_proj.weight"]), config.n_kv_head)  # [nkv, T, hd]
