@@ -87,7 +87,7 @@ def _size(nbytes):
 def kv_table(names, contexts=(8192, 131072, 1048576), bytes_per_number=2):
     """A text table: each catalogued model's KV cache for one sequence at each context, beside its weights."""
     rows = [[name] + [_size(memory.kv_bytes(arch, n, 1, bytes_per_number)) for n in contexts]
-            + [_size(memory.weight_bytes(arch, bytes_per_number))] for name, arch in zip(names, map(memory.CATALOGUE.get, names))]
+            + [_size(memory.all_weight_bytes(arch, bytes_per_number))] for name, arch in zip(names, map(memory.CATALOGUE.get, names))]
     return text_table(["model"] + [f"{n:,} tokens" for n in contexts] + ["weights"], rows)
 
 

@@ -216,14 +216,16 @@ def kv_bytes(arch, context, batch=1, bytes_per_number=2):
     return batch * sum(kv_bytes_per_layer(arch, context, bytes_per_number))
 
 
-def weight_bytes(arch, bytes_per_number=2):
+def all_weight_bytes(arch, bytes_per_number=2):
+    """Bytes of all of a catalogued architecture's weights, its nominal parameter count times the bytes of a
+    number (not measure.step_weight_bytes: what one decode step of a loaded model reads)."""
     return int(arch.params * bytes_per_number)
 
 
 def crossover_context(arch, bytes_per_number=2, batch=1, limit=10_000_000):
     """The smallest context at which the cache outweighs the weights; None if not within `limit`
     (a model whose every layer is windowed stops growing)."""
-    weights = weight_bytes(arch, bytes_per_number)
+    weights = all_weight_bytes(arch, bytes_per_number)
     if kv_bytes(arch, limit, batch, bytes_per_number) <= weights:
         return None
     # kv_bytes only grows with the context, so the contexts are sorted by it: bisect for the first above

@@ -11,7 +11,7 @@ import threading
 
 import ipywidgets as W
 
-from . import embeddings, plots, pricing, tokenizers
+from . import embeddings, plots, pricing, tokenization
 from .generate import check_sampling, generate
 from .memory import forward_macs
 from .trace import Trace
@@ -112,7 +112,7 @@ class Tokens(App):
     bytes on hover), drawn in the browser."""
 
     def __init__(self, model, text="Will will Will's will be done? 轩辕养了一只黄色的虎皮鹦鹉 🦜"):
-        self.model, self.tokenizers = model, tokenizers.available(model)
+        self.model, self.tokenizers = model, tokenization.available(model)
         self.text = W.Textarea(value=text, description="Text", layout=W.Layout(width="95%", height="60px"),
                                continuous_update=False)
         self.message, self.strips, self.counts = W.HTML(), [TokenStrip() for _ in self.tokenizers], {}
@@ -143,7 +143,7 @@ class Divergence(App):
     """Two prompts, token by token: where they first differ is where a prompt cache stops hitting."""
 
     def __init__(self, model, a="To be, or not to be, that is the question", b="To be, or not to be: that is the question"):
-        self.tokenizer = tokenizers.for_model(model)
+        self.tokenizer = tokenization.for_model(model)
         self.a, self.b = (W.Text(value=v, description=d, layout=W.Layout(width="95%"), continuous_update=False)
                           for v, d in ((a, "Prompt A"), (b, "Prompt B")))
         self.note, self.strips, self.index = W.HTML(), [TokenStrip(), TokenStrip()], None
@@ -160,7 +160,7 @@ class Divergence(App):
             self.note.value = _error(e)
             return
         ids = [[t["id"] for t in d["tokens"]] for d in data]
-        self.index = tokenizers.first_divergence(*ids)
+        self.index = tokenization.first_divergence(*ids)
         shared = min(map(len, ids)) if self.index is None else self.index
         self.note.value = (f"the first {shared} tokens are shared; they differ from token {self.index} on "
                            f"(a red bar, then dashed outlines)" if self.index is not None
@@ -402,7 +402,7 @@ class KVCalculator(W.VBox):
         layers = m.kv_bytes_per_layer(arch, context, b)
         sequence = sum(layers)
         total = self.shown_bytes = m.kv_bytes(arch, context, batch, b)
-        weights = m.weight_bytes(arch, b)
+        weights = m.all_weight_bytes(arch, b)
         crossover = m.crossover_context(arch, b, batch)
         per_layer = " or ".join(f"{n:,}" for n in sorted(set(layers), reverse=True))
         kinds = (f" ({sum(arch.local_layers)} local layers capped at their {arch.window:,}-token window)"

@@ -54,9 +54,9 @@ def test_01_generation_loop(browser, lab):
 
 def test_02_tokens(browser, lab):
     import kvlib
-    from kvlib import tokenizers
+    from kvlib import tokenization
 
-    toks = tokenizers.available(kvlib.load_model("tiny", device="cpu"))
+    toks = tokenization.available(kvlib.load_model("tiny", device="cpu"))
     page, errors = open_and_run(browser, lab, "02_tokens.ipynb")
     check_clean(page, errors, "02")
     assert "[9787, 503, 23370, 305, 74, 13, 1872]" in page.locator("body").inner_text()  # GPT-2's own ids
@@ -75,13 +75,13 @@ def test_02_tokens(browser, lab):
         first = bytes(tok.token_bytes(ids[0]))  # hover the first chip: its id, position and bytes
         assert tip(page, strip.locator("[data-id]").first) == (f"{tok.decode([ids[0]])!r} · position 0\n"
                                                                f"id {ids[0]} · {len(first)} byte{'s' * (len(first) > 1)}: {first.hex(' ')}")
-    assert tokenizers.gpt2().encode("Will will") == [8743, 481]
+    assert tokenization.gpt2().encode("Will will") == [8743, 481]
     div = page.locator(".widget-vbox").filter(has_text="Prompt B").first
     b = div.locator("input[type='text']").nth(1)
     b.fill("To be, or not to see")
     b.press("Tab")
     a_ids, b_ids = (toks[0].encode(t) for t in ("To be, or not to be, that is the question", "To be, or not to see"))
-    k = tokenizers.first_divergence(a_ids, b_ids)
+    k = tokenization.first_divergence(a_ids, b_ids)
     page.wait_for_function("([el, k]) => el.innerText.includes(`the first ${k} tokens are shared`)",
                            arg=[div.element_handle(), k], timeout=30_000)
     settle(page, errors, "02", "changing prompt B")

@@ -47,7 +47,7 @@ def test_formula_equals_real_tensors(request, fixture, name):
 def test_crossover_is_where_the_cache_outweighs_the_weights():
     arch = memory.CATALOGUE["Llama-3-8B"]
     n = memory.crossover_context(arch)
-    assert memory.kv_bytes(arch, n - 1) <= memory.weight_bytes(arch) < memory.kv_bytes(arch, n)
+    assert memory.kv_bytes(arch, n - 1) <= memory.all_weight_bytes(arch) < memory.kv_bytes(arch, n)
     assert memory.crossover_context(arch, batch=8) == pytest.approx(n / 8, abs=1)
 
 
@@ -72,7 +72,7 @@ def test_what_deepseeks_93_percent_compares():
 def test_deepseek_v3_weights_are_counted_as_shipped_in_fp8():
     v3 = memory.CATALOGUE["DeepSeek-V3"]
     per_param, source = memory.FACTS["deepseek_v3_weight_bytes"]
-    assert per_param == 1 and memory.weight_bytes(v3, per_param) == 671e9  # 671 GB, half the bf16 count
+    assert per_param == 1 and memory.all_weight_bytes(v3, per_param) == 671e9  # 671 GB, half the bf16 count
     assert "FP8" in source and "2024-12-26" in source and "FP8" in v3.note
 
 

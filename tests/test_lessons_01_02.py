@@ -9,7 +9,7 @@ import torch
 from matplotlib.figure import Figure
 
 import kvlib
-from kvlib import plots, tokenizers
+from kvlib import plots, tokenization
 from kvlib.generate import FEEDS, feed_loop, softmax_at, temperature_probs
 
 
@@ -64,20 +64,20 @@ def test_temperature_sharpens_and_flattens():
 
 
 def test_costs_count_tokens_and_compare_with_the_baseline():
-    gpt2 = tokenizers.gpt2()
-    rows = tokenizers.costs([gpt2], {"English": "Hello world", "Chinese": "你好世界"})
+    gpt2 = tokenization.gpt2()
+    rows = tokenization.costs([gpt2], {"English": "Hello world", "Chinese": "你好世界"})
     en, zh = rows
     assert (en.tokens, en.chars, en.bytes, en.ratio) == (2, 11, 11, 1.0)
     assert zh.tokens == len(gpt2.encode("你好世界")) and zh.bytes == 12 and zh.ratio == zh.tokens / 2
     assert zh.per_char == zh.tokens / 4 and zh.per_byte == zh.tokens / 12
-    table = tokenizers.cost_table(rows)
+    table = tokenization.cost_table(rows)
     assert "GPT-2" in table and f"{zh.ratio:.2f}" in table
     with pytest.raises(kvlib.KVLibError, match="baseline"):
-        tokenizers.costs([gpt2], {"German": "Hallo"})
+        tokenization.costs([gpt2], {"German": "Hallo"})
 
 
 def test_the_same_sentence_costs_gpt2_more_in_hindi_than_o200k():
-    rows = {(r.label, r.tokenizer): r for r in tokenizers.costs([tokenizers.gpt2(), tokenizers.openai("o200k_base")])}
+    rows = {(r.label, r.tokenizer): r for r in tokenization.costs([tokenization.gpt2(), tokenization.openai("o200k_base")])}
     assert rows[("Hindi", "GPT-2")].ratio > 3 * rows[("Hindi", "GPT-4o / GPT-5 (o200k_base)")].ratio
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kvlib
-from kvlib import tokenizers, views
+from kvlib import tokenization, views
 from kvlib.views import base
 
 
@@ -64,7 +64,7 @@ def test_tokens_view_is_the_models_tokens(name, request):
 
 
 def test_tokens_view_of_another_tokenizer():
-    o200k = views.Tokens.of(tokenizers.openai("o200k_base"), "Check out ngrok.ai")
+    o200k = views.Tokens.of(tokenization.openai("o200k_base"), "Check out ngrok.ai")
     assert [t["id"] for t in o200k.tokens] == [4383, 842, 1657, 17690, 75584]  # tiktoken's ids
     assert o200k.title == "GPT-4o / GPT-5 (o200k_base): 5 tokens for 18 characters (18 bytes)"
 

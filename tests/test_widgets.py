@@ -9,7 +9,7 @@ import torch
 from matplotlib.figure import Figure
 
 import kvlib
-from kvlib import embeddings, plots, tokenizers, views, widgets
+from kvlib import embeddings, plots, tokenization, views, widgets
 
 
 def test_chat_streams_the_same_tokens_as_generate(tiny):
@@ -49,7 +49,7 @@ def test_chat_shows_bad_input_in_place_and_keeps_working(tiny, prompt, max_token
 def test_tokens_view_uses_each_tokenizers_ids(tiny):
     app = widgets.Tokens(tiny)
     app.text.value = "Check out ngrok.ai"
-    for tok, strip in zip(tokenizers.available(tiny), app.strips):
+    for tok, strip in zip(tokenization.available(tiny), app.strips):
         assert app.counts[tok.name] == [t["id"] for t in strip.tokens] == tok.encode("Check out ngrok.ai")
         assert strip.title.startswith(f"{tok.name}: {len(tok.encode('Check out ngrok.ai'))} tokens for 18 characters")
     assert app.counts["GPT-4o / GPT-5 (o200k_base)"] == [4383, 842, 1657, 17690, 75584]
@@ -71,7 +71,7 @@ def test_tokens_view_errors_in_place(tiny):
 def test_divergence_finds_the_first_different_token(tiny):
     app = widgets.Divergence(tiny, "To be, or not to be", "To be, or not to see")
     a, b = tiny.encode("To be, or not to be"), tiny.encode("To be, or not to see")
-    assert app.index == tokenizers.first_divergence(a, b) == next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    assert app.index == tokenization.first_divergence(a, b) == next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
     assert [s.mark for s in app.strips] == [app.index] * 2
     assert [t["id"] for t in app.strips[1].tokens] == b and app.strips[0].link != app.strips[1].link
     app.b.value = ""

@@ -1,10 +1,10 @@
 """Notebook 2's exercises: answers computed live from the tokenizers."""
 
 from . import exercise
-from .. import tokenizers
+from .. import tokenization
 
-CHOICES = {"a": tokenizers.gpt2, "b": lambda: tokenizers.openai("cl100k_base"),
-           "c": lambda: tokenizers.openai("o200k_base")}
+CHOICES = {"a": tokenization.gpt2, "b": lambda: tokenization.openai("cl100k_base"),
+           "c": lambda: tokenization.openai("o200k_base")}
 
 
 @exercise("02.will_tokens", hint="Count the coloured boxes in the GPT-2 row of the app above once you type it.",
@@ -12,7 +12,7 @@ CHOICES = {"a": tokenizers.gpt2, "b": lambda: tokenizers.openai("cl100k_base"),
                   "second word), two different ids.")
 def will_tokens(model):
     """How many tokens does GPT-2's tokenizer use for "Will will"?"""
-    return len(tokenizers.gpt2().encode("Will will"))
+    return len(tokenization.gpt2().encode("Will will"))
 
 
 @exercise("02.space_same_id", hint="Compare the ids of 'will' and ' will' in the table above.",
@@ -20,7 +20,7 @@ def will_tokens(model):
                   "the vocabulary, with different ids.")
 def space_same_id(model):
     """Does " will" (with a space before it) get the same GPT-2 id as "will"? (True or False)"""
-    gpt2 = tokenizers.gpt2()
+    gpt2 = tokenization.gpt2()
     return gpt2.encode(" will") == gpt2.encode("will")
 
 
@@ -31,5 +31,5 @@ def space_same_id(model):
 def fewest_chinese(model):
     """Which tokenizer uses the fewest tokens for the Chinese sentence? (a) GPT-2 (b) GPT-4's cl100k_base
     (c) GPT-4o's o200k_base"""
-    text = tokenizers.SAME_SENTENCE["Chinese"]
+    text = tokenization.SAME_SENTENCE["Chinese"]
     return min(CHOICES, key=lambda k: len(CHOICES[k]().encode(text)))

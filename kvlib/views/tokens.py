@@ -4,7 +4,7 @@ The strip the other views link to: hovering a chip lights that token up in every
 
 import traitlets as T
 
-from .. import tokenizers
+from .. import tokenization
 from .base import View, link_for, module
 
 
@@ -16,14 +16,14 @@ class Tokens(View):
 
     @classmethod
     def of(cls, tokenizer, text, title=None, link=None):
-        """Cut `text` with a tokenizers.Tokenizer (or a Model: its own tokenizer) and show the chips."""
+        """Cut `text` with a tokenization.Tokenizer (or a Model: its own tokenizer) and show the chips."""
         return cls(**cls.data(tokenizer, text, title, link))
 
     @staticmethod
     def data(tokenizer, text, title=None, link=None):  # -> the traits of a strip, to build or update one
         if hasattr(tokenizer, "forward"):  # a Model
-            tokenizer = tokenizers.for_model(tokenizer)
-        chunks = tokenizers.chunks(tokenizer, text)
+            tokenizer = tokenization.for_model(tokenizer)
+        chunks = tokenization.chunks(tokenizer, text)
         texts = [c.text for c in chunks]
         title = title if title is not None else (f"{tokenizer.name}: {len(chunks)} tokens for {len(text)} "
                                                  f"characters ({len(text.encode())} bytes)")
