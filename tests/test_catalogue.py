@@ -28,7 +28,8 @@ def test_sliding_windows_bound_only_their_layers():
     per_layer_token = 2 * 8 * 256 * 2
     assert memory.kv_bytes(gemma, 8192) == 21 * 4096 * per_layer_token + 21 * 8192 * per_layer_token
     mistral = memory.CATALOGUE["Mistral-7B-v0.1"]  # every layer windowed: the cache stops growing
-    assert memory.kv_bytes(mistral, 10**6) == memory.kv_bytes(mistral, 4096)
+    window = 2 * 32 * 8 * 128 * 2 * 4096  # 536,870,912 bytes: 32 layers of 8 K/V heads x 128, 4,096 tokens
+    assert memory.kv_bytes(mistral, 4096) == memory.kv_bytes(mistral, 10**6) == window
     assert memory.crossover_context(mistral) is None
 
 
@@ -46,15 +47,14 @@ def test_formula_equals_real_tensors(request, fixture, name):
 
 def test_crossover_is_where_the_cache_outweighs_the_weights():
     arch = memory.CATALOGUE["Llama-3-8B"]
-    n = memory.crossover_context(arch)
-    assert memory.kv_bytes(arch, n - 1) <= memory.all_weight_bytes(arch) < memory.kv_bytes(arch, n)
-    assert memory.crossover_context(arch, batch=8) == pytest.approx(n / 8, abs=1)
+    # 16 GB of bf16 weights / 131,072 bytes per token = 122,070.3 tokens; 8 sequences: 15,258.8 tokens each
+    assert memory.crossover_context(arch) == 122_071 and memory.crossover_context(arch, batch=8) == 15_259
 
 
 def test_classic_mistakes():
     wrong = memory.mistakes(memory.CATALOGUE["Llama-3-8B"], 8192)
     (bad, right), = wrong.values()
-    assert bad == 4 * right  # GQA ignored: a 4x overestimate
+    assert right == 131072 * 8192 and bad == 4 * right  # GQA ignored (32 K/V heads, not 8): a 4x overestimate
     gemma = memory.mistakes(memory.CATALOGUE["Gemma-2-9B"], 8192)
     bad, right = gemma["head_dim taken as hidden / heads"]
     assert bad / right == pytest.approx((3584 // 16) / 256)
