@@ -11,6 +11,7 @@ KV heads (Llama family) shrink both the cache and the K and V projections.
 import bisect
 from dataclasses import dataclass, replace
 
+from .models import FAMILIES
 from .texttable import text_table
 
 
@@ -33,7 +34,7 @@ def forward_macs_by_part(config, past_len, new_tokens, logits_for=1):
         "K and V projections": L * T * C * 2 * kv_width,
         "attention (scores and mixing)": L * 2 * q_width * seen,
         "output projection": L * T * q_width * C,
-        "feed-forward": L * T * C * I * (3 if config.arch == "llama" else 2),  # SwiGLU has a third matrix
+        "feed-forward": L * T * C * I * FAMILIES[config.arch].ffn_matrices,  # SwiGLU has a third matrix
         "logits": logits_for * C * config.vocab_size,
     }
 
