@@ -37,6 +37,19 @@ class Lab:
     url = None
     root = None  # the folder it serves notebooks from
     log = None  # the server's log: the kernels' own errors land here
+    model = None  # the notebooks' default model (KVLIB_MODEL), if the server was given one
+
+
+def save_gpt2_format(out):
+    """tiny's weights and tokenizer saved with save_pretrained into out: a checkpoint in GPT-2's format, as a
+    downloaded GPT-2 sits on disk (and tiny's trained weights, so the lessons' claims still hold)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kvlib import models
+
+    AutoModelForCausalLM.from_pretrained(models.TINY_DIR).save_pretrained(out)
+    AutoTokenizer.from_pretrained(models.TINY_DIR).save_pretrained(out)
+    return out
 
 
 @contextlib.contextmanager
@@ -50,6 +63,7 @@ def lab_server(root, env=None):
          "--ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root / 'notebooks'}"],
         stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"), env=env)
     Lab.url, Lab.root, Lab.log = f"http://127.0.0.1:{port}", root / "notebooks", root / "server.log"
+    Lab.model = (env or {}).get("KVLIB_MODEL")
     try:
         for _ in range(120):
             try:
@@ -92,22 +106,33 @@ def chromium():
 
 
 def shots_dir():
-    d = Path(os.environ.get("KVLIB_SCREENSHOTS", REPO / ".screenshots"))
+    """Where screenshots go: $KVLIB_SCREENSHOTS; unset, none are taken (a test run spends no time on pictures
+    nobody looks at): `KVLIB_SCREENSHOTS=.screenshots make test` keeps them for a person to look at."""
+    if not os.environ.get("KVLIB_SCREENSHOTS"):
+        return None
+    d = Path(os.environ["KVLIB_SCREENSHOTS"])
     d.mkdir(parents=True, exist_ok=True)
     return d
 
 
+def shot(target, name):
+    """A screenshot of a page or an element (Playwright scrolls to it and waits until it is still), if wanted."""
+    if shots_dir():
+        target.screenshot(path=str(shots_dir() / f"{name}.png"))
+
+
 class Recorder:
-    """What a page asked the network for, and the frames it sent to kernels."""
+    """What a page asked the network for, the frames it sent to kernels and those it got back."""
 
     def __init__(self, page):
-        self.urls, self.kernel_frames = [], 0
+        self.urls, self.kernel_frames, self.received = [], 0, []
         page.on("request", lambda r: self.urls.append(r.url))
         page.on("websocket", self._socket)
 
     def _socket(self, ws):
         if "/api/kernels/" in ws.url:
             ws.on("framesent", lambda _: setattr(self, "kernel_frames", self.kernel_frames + 1))
+            ws.on("framereceived", lambda f: self.received.append(f.decode("utf-8", "replace") if isinstance(f, bytes) else f))
 
     def remote(self):  # requests to anywhere but this machine
         return [u for u in self.urls if urlparse(u).scheme in ("http", "https", "ws", "wss")
@@ -140,6 +165,9 @@ def open_and_run(browser, lab, name, timeout_s=240):
 
 
 def check_clean(page, errors, name, pictures=True):
+    if Lab.model:  # the notebook's first cell prints the model it loaded: the server's default
+        first = page.locator(".jp-CodeCell").first.locator(".jp-OutputArea").inner_text()
+        assert f"Model({Lab.model!r}," in first, f"{name}: the first cell loaded {first[:300]!r}, not {Lab.model}"
     stderr = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     assert stderr.count() == 0, f"{name}: error output: {stderr.first.inner_text()[:500]}"
     if pictures:
@@ -156,7 +184,6 @@ def settle(page, errors, name, what):
     would see it: no error or stderr output, no ⚠ message from an app, no console error, no traceback
     in the server's (kernels') log, no request beyond 127.0.0.1."""
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-    page.wait_for_timeout(300)
     bad = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     assert bad.count() == 0, f"{name}, after {what}: error output: {bad.first.inner_text()[:500]}"
     warned = page.locator(".jupyter-widgets:has-text('⚠')")
@@ -170,32 +197,57 @@ def settle(page, errors, name, what):
 
 
 def tip(page, locator):
-    """Hover an element; -> the text of its view's tooltip."""
-    locator.scroll_into_view_if_needed()
-    locator.hover()
+    """Hover an element; -> the text its view's tooltip shows then. First the pointer leaves: the tooltip must
+    hide, and it is emptied, so no text is on show before the hover and what comes back is this hover's."""
     view = locator.locator("xpath=ancestor::div[contains(@class, 'kv-view')][1]")
     t = view.locator(".kv-tip")
+    page.mouse.move(0, 0)
+    t.wait_for(state="hidden", timeout=5_000)
+    t.evaluate("t => t.replaceChildren()")
+    locator.scroll_into_view_if_needed()
+    locator.hover()
     t.wait_for(state="visible", timeout=5_000)
     return t.inner_text()
 
 
-def no_kernel_request(page, action, wait_ms=400):
+# After an action, one animation frame and one task: the page has run the action's handlers, and a view or
+# widget sends its kernel message inside them (a websocket send is synchronous), so the count is complete.
+SETTLED = "() => new Promise(r => requestAnimationFrame(() => setTimeout(() => r(true))))"
+
+
+def no_kernel_request(page, action):
     """Do `action` in the page; -> how many frames went to the kernel meanwhile (a browser-only switch: 0)."""
     before = page.recorder.kernel_frames
     action()
-    page.wait_for_timeout(wait_ms)
+    page.evaluate(SETTLED)
     return page.recorder.kernel_frames - before
 
 
+def kernel_holds(page, action, *values, timeout_s=30):
+    """Do `action` (typing into widgets) and wait until the kernel has echoed each new value back
+    (ipywidgets' echo_update, sent as the kernel takes a value in): a click after this sees them."""
+    import json
+    import re
+
+    seen, deadline = len(page.recorder.received), time.monotonic() + timeout_s
+    action()
+    wanted = [re.compile(r'"value":\s*' + re.escape(json.dumps(v, ensure_ascii=False)) + r"\s*[,}]") for v in values]
+    while True:
+        echoes = [f for f in page.recorder.received[seen:] if "echo_update" in f]
+        if all(any(w.search(f) for f in echoes) for w in wanted):
+            return
+        assert time.monotonic() < deadline, f"the kernel did not take {values} in {timeout_s} s"
+        page.evaluate(SETTLED)  # lets Playwright deliver the frames received meanwhile
+
+
 def screenshots(page, name, selectors=(".jp-RenderedImage img", ".jupyter-widgets.widget-vbox", VIEWS)):
-    """One screenshot per picture, app or view, each scrolled into view, for a person to look at."""
+    """One screenshot per picture, app or view, if wanted (shots_dir); -> how many."""
+    if not shots_dir():
+        return 0
     k = 0
     for sel in selectors:
         for i in range(page.locator(sel).count()):
-            item = page.locator(sel).nth(i)
-            item.scroll_into_view_if_needed()
-            page.wait_for_timeout(300)
-            page.screenshot(path=str(shots_dir() / f"{name}-{k:02d}.png"))
+            shot(page.locator(sel).nth(i), f"{name}-{k:02d}")
             k += 1
     return k
 
@@ -204,13 +256,13 @@ def main(paths):
     """Run notebooks in the browser and screenshot each view (to $KVLIB_SCREENSHOTS or .screenshots)."""
     import tempfile
 
+    os.environ.setdefault("KVLIB_SCREENSHOTS", str(REPO / ".screenshots"))
     with tempfile.TemporaryDirectory() as tmp, chromium() as browser:
         root = Path(tmp)
         copy_notebooks(root, [Path(p).resolve() for p in paths])
         with lab_server(root) as url:
             for p in paths:
                 page, errors = open_and_run(browser, url, Path(p).name, timeout_s=900)
-                page.wait_for_timeout(1500)
                 n = screenshots(page, Path(p).stem, (VIEWS,))
                 print(f"{p}: {n} views, console errors {errors[:3]}, remote requests {page.recorder.remote()[:3]}; "
                       f"screenshots in {shots_dir()}")

@@ -1,21 +1,43 @@
 """The notebooks in a real browser: JupyterLab on 127.0.0.1, driven by Playwright on
-Debian's Chromium. Run every cell, press the buttons, hover the views, read the DOM: widgets,
-views and pictures render, hovers show the kernel's numbers, no error output, no console
-errors, no request beyond 127.0.0.1. Screenshots go to $KVLIB_SCREENSHOTS (default:
-.screenshots) for a person to look at.
+Debian's Chromium. Run every cell, press the buttons, type into the apps and the exercises, hover
+the views, read the DOM: widgets, views and pictures render, each app answers with the kernel's
+numbers, hovers show them, no error output, no console errors, no request beyond 127.0.0.1. No
+fixed sleeps: every wait is for a condition. With $KVLIB_SCREENSHOTS set, screenshots of every
+picture, app and view go there for a person to look at.
+
+The notebooks' default model here is a GPT-2-format directory holding tiny's weights, with SmolLM2
+present so every `%%needs smollm2` cell runs too: the one browser run of each notebook (why, and the
+other set-ups: tests/test_notebooks.py).
 """
+
+import re
 
 import pytest
 
-from browser import (Lab, check_clean, chromium, copy_notebooks, lab_server, no_kernel_request, open_and_run,
-                     screenshots, settle, shots_dir, tip)
+from browser import (Lab, check_clean, chromium, copy_notebooks, kernel_holds, lab_server, no_kernel_request,
+                     open_and_run, save_gpt2_format, screenshots, settle, shot, tip)
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def gpt2_format(tmp_path_factory):
+    return save_gpt2_format(tmp_path_factory.mktemp("tiny-gpt2-format"))
+
+
+@pytest.fixture(scope="module")
+def model(gpt2_format):
+    """The notebooks' default model in this lab, loaded as their kernels load it."""
+    import kvlib
+
+    return kvlib.load_model(str(gpt2_format), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, gpt2_format):
     root = tmp_path_factory.mktemp("lab")
     copy_notebooks(root)
-    with lab_server(root, {"KVLIB_MODEL": "tiny"}) as url:
+    with lab_server(root, {"KVLIB_MODEL": str(gpt2_format)}) as url:
         yield url
 
 
@@ -25,26 +47,71 @@ def browser():
         yield b
 
 
-def test_01_generation_loop(browser, lab):
+def check_saved(page, name):
+    """Saved from the page, the run reads as a learner's must (test_notebooks.py's check, on this set-up's outputs):
+    nothing on stderr, each view or app with a text fallback that reads without widgets."""
+    import nbformat
+
+    from test_notebooks import WITHOUT_VIEWS, check_as_a_learner_sees_it
+
+    page.get_by_role("menuitem", name="File", exact=True).click()
+    page.get_by_role("menuitem", name=re.compile(r"^Save Notebook(?! As)")).click()  # its name ends with the shortcut
+    page.wait_for_selector(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current:not(.jp-mod-dirty)", timeout=30_000)
+    nb = nbformat.read(Lab.root / name, as_version=4)
+    assert any(c.get("outputs") for c in nb.cells), f"{name}: saved without its outputs"
+    views = check_as_a_learner_sees_it(Lab.root / name, nb)
+    assert views > 0 or name[:2] in WITHOUT_VIEWS, f"{name}: no view with a text fallback"
+
+
+def leaves(params, at=""):  # a model's nested weights -> {"h.0.c_attn_w": tensor, ...}
+    if isinstance(params, dict):
+        return {k: v for key, sub in params.items() for k, v in leaves(sub, f"{at}{key}.").items()}
+    if isinstance(params, (list, tuple)):
+        return {k: v for i, sub in enumerate(params) for k, v in leaves(sub, f"{at}{i}.").items()}
+    return {at.rstrip("."): params}
+
+
+def test_the_labs_model_is_tiny_in_gpt2s_format(tiny, model):
+    """The lab's default model and tiny by its name are one model under two names: the same config, weights and
+    tokenizer, and the notebooks never test for the name 'tiny'; so the browser run is the run on tiny too."""
+    import ast
+    import json
+    import torch
+
+    from browser import REPO
+
+    assert model.config == tiny.config and model.name != tiny.name
+    mine, theirs = leaves(model.params), leaves(tiny.params)
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    assert model.tokenizer.get_vocab() == tiny.tokenizer.get_vocab() and model.eos_token_id == tiny.eos_token_id
+    text = "ROMEO.\nWill will Will's will be done? 轩辕养了一只黄色的虎皮鹦鹉 🦜"
+    assert model.encode(text) == tiny.encode(text) and model.decode(tiny.encode(text)) == text
+    for path in sorted((REPO / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code" and not "".join(cell["source"]).startswith("%%"):
+                tree = ast.parse("".join(cell["source"]))
+                assert not any(isinstance(n, ast.Constant) and n.value == "tiny" for n in ast.walk(tree)), path.name
+
+
+def test_01_generation_loop(browser, lab, model):
     import kvlib
 
-    tiny = kvlib.load_model("tiny", device="cpu")
     page, errors = open_and_run(browser, lab, "01_generation_loop.ipynb", timeout_s=400)  # SmolLM2 cells
     check_clean(page, errors, "01")
+    check_saved(page, "01_generation_loop.ipynb")
     body = page.locator("body").inner_text()
     assert "'prompt only': ' Paris Paris Paris Paris Paris Paris Paris Paris'" in body  # SmolLM2, by name
-    assert "Model('smollm2', llama family" in body and "Model('tiny', gpt2 family" in body
+    assert "Model('smollm2', llama family" in body
     chat = page.locator(".widget-vbox").filter(has_text="Max tokens").first
-    assert "Model: tiny" in chat.inner_text()
+    assert f"Model: {model.name}" in chat.inner_text()
+    box, number = chat.locator("textarea"), chat.locator("input[type='number']")
     for prompt, n in (("ROMEO.\n", 40), ("JULIET.\n", 6)):
-        chat.locator("textarea").fill(prompt)
-        chat.locator("input[type='number']").fill(str(n))
-        chat.locator("input[type='number']").press("Tab")
-        page.wait_for_timeout(500)  # the new values reach the kernel before Send
+        changed = [new for new, now in ((prompt, box.input_value()), (n, int(number.input_value()))) if new != now]
+        kernel_holds(page, lambda: (box.fill(prompt), number.fill(str(n)), number.press("Tab")), *changed)
         chat.locator("button:has-text('Send')").click()
-        expected = kvlib.generate(tiny, prompt, n)
-        page.wait_for_function("([el, n]) => el.innerText.includes(`tiny: ${n} tokens in`)",
-                               arg=[chat.element_handle(), len(expected.ids)], timeout=60_000)
+        expected = kvlib.generate(model, prompt, n)
+        page.wait_for_function("([el, name, n]) => el.innerText.includes(`${name}: ${n} tokens in`)",
+                               arg=[chat.element_handle(), model.name, len(expected.ids)], timeout=60_000)
         settle(page, errors, "01", f"Send with {prompt!r}, {n} tokens")
         streamed = chat.locator(".widget-html pre b").inner_text()
         assert " ".join(streamed.split()) == " ".join(expected.text.split()), (streamed, expected.text)
@@ -52,21 +119,22 @@ def test_01_generation_loop(browser, lab):
     screenshots(page, "01")
 
 
-def test_02_tokens(browser, lab):
-    import kvlib
+def test_02_tokens(browser, lab, model):
     from kvlib import tokenization
 
-    toks = tokenization.available(kvlib.load_model("tiny", device="cpu"))
+    toks = tokenization.available(model)
     page, errors = open_and_run(browser, lab, "02_tokens.ipynb")
     check_clean(page, errors, "02")
+    check_saved(page, "02_tokens.ipynb")
     assert "[9787, 503, 23370, 305, 74, 13, 1872]" in page.locator("body").inner_text()  # GPT-2's own ids
     app = page.locator(".widget-vbox").filter(has=page.locator("textarea")).first
     box = app.locator("textarea")
     box.fill("Will will")
     box.press("Tab")  # continuous_update=False: the app updates when the box loses focus
-    page.wait_for_function("() => document.body.innerText.includes('GPT-2: 2 tokens for 9 characters')", timeout=30_000)
-    settle(page, errors, "02", "typing 'Will will'")
     strips = app.locator(".kv-tokens")
+    page.wait_for_function("([el, t]) => el.innerText.includes(t)", timeout=30_000, arg=[  # the app stays, its views redraw
+        app.element_handle(), f"{toks[0].name}: {len(toks[0].encode('Will will'))} tokens for 9 characters"])
+    settle(page, errors, "02", "typing 'Will will'")
     assert strips.count() == len(toks)
     for tok, k in zip(toks, range(len(toks))):  # each strip shows that tokenizer's own ids, e.g. GPT-2's 8743 and 481
         strip, ids = strips.nth(k), tok.encode("Will will")
@@ -77,14 +145,7 @@ def test_02_tokens(browser, lab):
                                                                f"id {ids[0]} · {len(first)} byte{'s' * (len(first) > 1)}: {first.hex(' ')}")
     assert tokenization.gpt2().encode("Will will") == [8743, 481]
     div = page.locator(".widget-vbox").filter(has_text="Prompt B").first
-    b = div.locator("input[type='text']").nth(1)
-    b.fill("To be, or not to see")
-    b.press("Tab")
-    a_ids, b_ids = (toks[0].encode(t) for t in ("To be, or not to be, that is the question", "To be, or not to see"))
-    k = tokenization.first_divergence(a_ids, b_ids)
-    page.wait_for_function("([el, k]) => el.innerText.includes(`the first ${k} tokens are shared`)",
-                           arg=[div.element_handle(), k], timeout=30_000)
-    settle(page, errors, "02", "changing prompt B")
+    check_divergence(page, errors, "02", div, tokenization.for_model(model), lambda a, b: (a, shorter(a)))
     reveal = page.locator("button:has-text('Show the answer')").first
     reveal.scroll_into_view_if_needed()
     reveal.click()
@@ -93,21 +154,63 @@ def test_02_tokens(browser, lab):
     screenshots(page, "02")
 
 
-def test_03_embeddings(browser, lab):
-    """The map switches 1D / 2D / 3D and turns in the browser (no kernel frame); a hovered point names the
-    kernel's word; the score beside it is the kernel's separation."""
-    import kvlib
+def shorter(text):  # the first half of a prompt's words, then another word: the prompts part there
+    words = text.split()
+    return " ".join(words[:len(words) // 2] + ["elsewhere"])
+
+
+def check_divergence(page, errors, name, app, tokenizer, edit):
+    """A Divergence app: the prompts it offers, then edit(a, b) -> new prompts typed in; each time its note and
+    strips show the shared tokens the tokenizer finds, and the first chip that differs says so on hover.
+    -> the shared counts (as offered, after the edit)."""
+    from kvlib.tokenization import first_divergence
+
+    boxes = app.locator("input[type='text']")
+
+    def shows(prompts, step):
+        ids = [tokenizer.encode(p) for p in prompts]
+        k = first_divergence(*ids)
+        assert k is not None, prompts
+        page.wait_for_function("""([el, k, ids]) => el.innerText.includes(`the first ${k} tokens are shared`) &&
+            [...el.querySelectorAll('.kv-tokens')].every((s, i) =>
+                JSON.stringify([...s.querySelectorAll('[data-id]')].map(c => +c.dataset.id)) === JSON.stringify(ids[i]))""",
+                               arg=[app.element_handle(), k, ids], timeout=30_000)
+        settle(page, errors, name, f"the prompts {step}")
+        strips = app.locator(".kv-tokens")
+        for i in range(2):
+            assert strips.nth(i).locator(".kv-chip:not(.kv-differs)").count() == k, (step, prompts)
+            assert strips.nth(i).locator(".kv-divider").count() == 1, (step, prompts)
+        parted = strips.nth(1).locator(".kv-chip.kv-differs").first
+        assert tip(page, parted).startswith(f"{tokenizer.decode([ids[1][k]])!r} · position {k}\n"), prompts
+        return k
+
+    offered = [boxes.nth(i).input_value() for i in range(2)]
+    edited = edit(*offered)
+    shared = shows(offered, "as offered")
+    for i, text in enumerate(edited):
+        boxes.nth(i).fill(text)
+        boxes.nth(i).press("Tab")  # continuous_update=False: the app updates when the box loses focus
+    return shared, shows(edited, "edited")
+
+
+def test_03_embeddings(browser, lab, model, smollm2):
+    """The lookup shows the ids, then the table's rows, of what is typed; an exercise answered right and wrong
+    in its cell; the map switches 1D / 2D / 3D and turns in the browser (no kernel frame); a hovered point
+    names the kernel's word; the score beside it is the kernel's separation."""
     from kvlib import embeddings
     from kvlib.views import EmbeddingMap
 
-    smollm2 = kvlib.load_model("smollm2", device="cpu")
     sent = EmbeddingMap.of(smollm2)  # what the kernel sends the browser: words, families, scores
     n = len(sent.words)
     page, errors = open_and_run(browser, lab, "03_embeddings.ipynb")
     check_clean(page, errors, "03")
+    check_saved(page, "03_embeddings.ipynb")
     body = page.locator("body").inner_text()
     assert "Model('smollm2', llama family" in body and "Model('random-gpt2', gpt2 family" in body
     assert "smollm2 adds no position table" in body  # RoPE: the KVLibError, shown by the notebook
+    check_lookup(page, errors, model)
+    table = embeddings.table(model)  # the exercise's answer, counted here from the table itself
+    check_typed_exercise(page, errors, "03.table_numbers", table.numel(), table.shape[0] + table.shape[1])
     app = page.locator(".widget-vbox").filter(has=page.locator(".kv-embedding")).first
     view = app.locator(".kv-embedding")
     app.scroll_into_view_if_needed()
@@ -121,7 +224,7 @@ def test_03_embeddings(browser, lab):
         assert placed() != before, f"03: the picture did not change in {dims}D"
         hits = round(sent.scores[dims - 1] * n)
         assert f"In {dims}D, {hits} of the {n} words" in view.inner_text()
-        page.screenshot(path=str(shots_dir() / f"03-space-{dims}D.png"))
+        shot(page, f"03-space-{dims}D")
     for i in (0, n // 2, n - 1):  # in 1D no point covers another: hover each for the kernel's word and family
         assert tip(page, view.locator(f".kv-point[data-pos='{i}']")).startswith(
             f"{sent.words[i]!r} · {sent.labels[i]} · id {sent.ids[i]}")
@@ -162,11 +265,63 @@ def test_03_embeddings(browser, lab):
     screenshots(page, "03")
 
 
-def test_04_attention(browser, lab):
+def check_lookup(page, errors, model):
+    """Notebook 3's Lookup: its text's ids as chips; typed text, then the embedding rows of that text."""
+    from kvlib import embeddings
+
+    app = page.locator(".widget-vbox").filter(has=page.locator(".widget-toggle-buttons")).filter(
+        has_text="embedding rows").first
+    app.scroll_into_view_if_needed()
+    box = app.locator("input[type='text']")
+    chip_ids = lambda: [int(i) for i in app.locator(".kv-tokens [data-id]").evaluate_all("cs => cs.map(c => c.dataset.id)")]
+    assert chip_ids() == model.encode(box.input_value())  # as offered
+    text = "Romeo, Romeo! wherefore art thou"
+    ids = model.encode(text)
+    box.fill(text)
+    box.press("Tab")  # continuous_update=False: the app updates when the box loses focus
+    page.wait_for_function("([el, t]) => el.innerText.includes(t)", arg=[app.element_handle(),
+                           f"{len(ids)} token ids, each a row number"], timeout=30_000)
+    settle(page, errors, "03", f"typing {text!r} into the lookup")
+    assert chip_ids() == ids
+    app.locator("button", has_text="embedding rows").click()
+    table = embeddings.table(model)
+    page.wait_for_function("([el, t]) => el.innerText.includes(t)", arg=[app.element_handle(),
+                           f"{len(ids)} rows picked from the table of shape {tuple(table.shape)}"], timeout=30_000)
+    settle(page, errors, "03", "showing the embedding rows")
+    assert f"the result has shape {(len(ids), table.shape[1])}" in app.inner_text()
+    matrix = app.locator(".kv-matrix")
+    assert matrix.locator("th.kv-rowhead").all_inner_texts() == [model.decode([i]).replace("\n", "↵") for i in ids]
+    k = len(ids) - 1  # the last row: all its numbers on hover, each its table row's
+    name, numbers = tip(page, matrix.locator(f"th.kv-rowhead[data-pos='{k}']")).split("\n")
+    assert name == f"{model.decode([ids[k]])!r} (position {k})"
+    shown = [js_num(x) for x in numbers.split(": ", 1)[1].split()]
+    assert len(shown) == table.shape[1] and max(abs(a - b) for a, b in zip(shown, table[ids[k]].tolist())) <= 0.0051
+
+
+def check_typed_exercise(page, errors, id, right, wrong):
+    """Type an answer into an exercise's cell and run it, as a learner does: right, then wrong."""
+    cell = page.locator(".jp-CodeCell").filter(has_text=f'exercises.check("{id}"')
+    assert cell.count() == 1, id
+    source = cell.locator(".cm-content").inner_text()
+    for answer, verdict in ((right, "✅ Right."), (wrong, f"❌ Not quite (you said {wrong!r}).")):
+        editor = cell.locator(".cm-content")
+        editor.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.insert_text(re.sub(r"my_answer = .*", f"my_answer = {answer!r}", source, count=1))
+        page.keyboard.press("Shift+Enter")
+        page.wait_for_function("([el, t]) => el.innerText.includes(t)", arg=[
+            cell.locator(".jp-OutputArea").element_handle(), verdict], timeout=60_000)
+        settle(page, errors, id, f"answering {answer!r}")
+    cell.locator("button:has-text('Show the answer')").click()  # shown after a wrong answer only on request
+    page.wait_for_function("([el, t]) => el.innerText.includes(t)", arg=[
+        cell.locator(".jp-OutputArea").element_handle(), f"Answer: {right!r}."], timeout=30_000)
+    settle(page, errors, id, "Show the answer")
+
+
+def test_04_attention(browser, lab, model, smollm2):
     import kvlib
     from kvlib import attention
 
-    smollm2 = kvlib.load_model("smollm2", device="cpu")
     mary = "Mary had a little"
     trace = kvlib.Trace()
     smollm2.forward(smollm2.encode(mary), trace=trace)
@@ -174,6 +329,7 @@ def test_04_attention(browser, lab):
     T = len(tokens)
     page, errors = open_and_run(browser, lab, "04_attention.ipynb")
     check_clean(page, errors, "04")
+    check_saved(page, "04_attention.ipynb")
     body = page.locator("body").inner_text()
     assert "after 'Mary had a little': ' bit'" in body and "' snow' 81" in body
     assert "query heads that read the very same WK: [[0, 1, 2], [3, 4, 5], [6, 7, 8]]" in body
@@ -198,7 +354,7 @@ def test_04_attention(browser, lab):
         shown = now
         _, top, most = attention.most_attended(w[-1], tokens)
         assert f"gives most weight to {top!r} ({most:.2f})" in view.inner_text()  # the last row, read aloud
-        page.screenshot(path=str(shots_dir() / f"04-explorer-l{layer}-h{head}.png"))
+        shot(page, f"04-explorer-l{layer}-h{head}")
     assert no_kernel_request(page, lambda: view.locator("button.kv-att-thumb").nth(4).click()) == 0
     assert view.get_attribute("data-head") == "4" and "head 4" in view.locator(".kv-att-thumb.kv-selected").inner_text()
     j = int(trace.layers[20].weights[4, 3].argmax())  # the cell the last token weighs most
@@ -211,9 +367,8 @@ def test_04_attention(browser, lab):
     lit = 2 + 1 + T  # the row and its label, the column label and the column's T cells
     assert view.locator(".kv-linked").count() == lit and view.locator("tr.kv-att-row.kv-linked").count() == 1
     assert grids.nth(0).locator(".kv-linked").count() == lit  # and in the other view of the same run
-    page.screenshot(path=str(shots_dir() / "04-explorer-linked.png"))
-    tiny = kvlib.load_model("tiny", device="cpu")  # the notebook's own model: Q, K and out as labelled matrices
-    steps = attention.explain(tiny, mary, layer=0, head=0)
+    shot(page, "04-explorer-linked")
+    steps = attention.explain(model, mary, layer=0, head=0)  # the notebook's own model: Q, K, out as labelled matrices
     q = page.locator(".kv-view.kv-matrix").first
     assert q.locator("th.kv-rowhead").all_inner_texts() == [t.replace("\n", "↵") for t in steps.tokens]
     text = tip(page, q.locator("tr.kv-row[data-row='3'] td.kv-cell[data-j='5']"))
@@ -225,14 +380,13 @@ def test_04_attention(browser, lab):
     screenshots(page, "04")
 
 
-def test_a_long_prompts_grid_fetches_a_layer_once(browser, lab):
+def test_a_long_prompts_grid_fetches_a_layer_once(browser, lab, smollm2):
     """SmolLM2 reading ~110 tokens: one layer's heads fill the 1 MB a view may send, so the grid holds the
     layer shown; picking another asks the kernel once (one frame) and then draws that layer's weights."""
     import nbformat
 
     import kvlib
 
-    smollm2 = kvlib.load_model("smollm2", device="cpu")
     text = "Mary had a little lamb, its fleece was white as snow, and everywhere that Mary went the lamb was sure to go. " * 4
     trace = kvlib.Trace()
     smollm2.forward(smollm2.encode(text), trace=trace)
@@ -275,11 +429,11 @@ def play_through(page, root, rows, last):
     frames = no_kernel_request(page, lambda: (root.locator("button", has_text="Play").click(),
                                               page.wait_for_function("([r, n]) => r.dataset.step == n",
                                                                      arg=[root.element_handle(), last],
-                                                                     timeout=60_000)), wait_ms=200)
+                                                                     timeout=60_000)))
     return root.evaluate("r => r.__seen"), frames
 
 
-def test_05_kv_cache_animates(browser, lab):
+def test_05_kv_cache_animates(browser, lab, model):
     """The grid and the cache play in the browser, one row per step (counted in the DOM), with no kernel
     request; hovers show the kernel's own numbers; hovering a token in the grid lights its rows in every
     layer of the cache; the worked step walks its seven parts."""
@@ -287,7 +441,7 @@ def test_05_kv_cache_animates(browser, lab):
 
     import kvlib
 
-    tiny = kvlib.load_model("tiny", device="cpu")
+    tiny = model  # the notebooks' default: tiny's weights
     prompt = tiny.encode("Mary had a little")
     P, L = len(prompt), tiny.config.n_layer
     gen = kvlib.generate(tiny, prompt, 10, stop_at_eos=False)
@@ -296,6 +450,7 @@ def test_05_kv_cache_animates(browser, lab):
     tiny.forward(seq[:-1], cache=cache)  # the cache after the last step: every token fed
     page, errors = open_and_run(browser, lab, "05_kv_cache.ipynb", timeout_s=400)
     check_clean(page, errors, "05")
+    check_saved(page, "05_kv_cache.ipynb")
     grid, growth = page.locator(".kv-att").first, page.locator(".kv-cachegrowth").first
 
     grid.scroll_into_view_if_needed()
@@ -327,6 +482,8 @@ def test_05_kv_cache_animates(browser, lab):
 
     label = grid.locator("tr.kv-att-row[data-pos='3'] th.kv-rowhead")  # linked: the grid's ' little' ...
     label.scroll_into_view_if_needed()
+    page.mouse.move(0, 0)
+    assert growth.locator(".kv-linked").count() == 0  # nothing lit before the hover
     label.hover()
     lit = growth.locator(".kv-kvrow.kv-linked[data-pos='3']")  # ... lights its row in every layer of the cache
     assert lit.count() == L and growth.locator(".kv-kvrow.kv-linked").count() == L
@@ -339,7 +496,7 @@ def test_05_kv_cache_animates(browser, lab):
         assert view.get_attribute("data-step") == "5"
         view.scroll_into_view_if_needed()
         view.locator("[data-pos='3']").first.hover()
-        page.screenshot(path=str(shots_dir() / f"05-{name}-step5.png"))
+        shot(page, f"05-{name}-step5")
     page.mouse.move(0, 0)
 
     toy, real = page.locator(".kv-step").nth(0), page.locator(".kv-step").nth(1)
@@ -357,7 +514,7 @@ def test_05_kv_cache_animates(browser, lab):
     assert max(abs(a - b) for a, b in zip(shown, out)) <= 0.0051, (shown, out)
     toy.locator("button", has_text="Back").click()  # the weights, mid-way: for a person to look at
     toy.locator("button", has_text="Back").click()
-    toy.screenshot(path=str(shots_dir() / "05-step-weights.png"))
+    shot(toy, "05-step-weights")
     toy.locator("button", has_text="Next").click()
     toy.locator("button", has_text="Next").click()
     assert toy.locator(".kv-explain").inner_text().endswith(f"= {out[0]:.2f}. One row of 4, the only new row of "
@@ -372,25 +529,26 @@ def test_05_kv_cache_animates(browser, lab):
     screenshots(page, "05", (".kv-view",))
 
 
-def test_06_prompt_caching(browser, lab):
-    """Each new row's chips are the kernel's receipt and blocks (the notebook's stream, replayed here on the same
-    model and clock); a chip's tooltip shows its tokens and hash; after Fast-forward the stored blocks show expired."""
+def test_06_prompt_caching(browser, lab, model):
+    """Each new row's chips are the kernel's receipt and blocks (the notebook's streams, replayed here on the same
+    model and clock); a chip's tooltip shows its tokens and hash; after Fast-forward the stored blocks show expired.
+    The budget stream shows the blocks it evicted; the timestamp divergence shares more tokens with the stamps last."""
     import json
-    import re
 
     import kvlib
     from browser import REPO
-    from kvlib import widgets
+    from kvlib import tokenization, widgets
     from kvlib.prompt_cache import ManualClock
 
     cells = json.loads((REPO / "notebooks" / "06_prompt_caching.ipynb").read_text())["cells"]
-    code = next("".join(c["source"]) for c in cells if "stream = widgets.PromptCacheStream" in "".join(c["source"]))
-    replay = {"kvlib": kvlib, "widgets": widgets, "ManualClock": ManualClock,
-              "model": kvlib.load_model("tiny", device="cpu")}
-    exec(code, replay)  # the notebook's stream, its first four requests sent
-    mirror, model = replay["stream"], replay["model"]
+    code = lambda marker: next("".join(c["source"]) for c in cells if marker in "".join(c["source"]))
+    replay = {"kvlib": kvlib, "widgets": widgets, "ManualClock": ManualClock, "model": model}
+    exec(code("stream = widgets.PromptCacheStream"), replay)  # the notebook's stream, its first four requests sent
+    exec(code("small = widgets.PromptCacheStream"), replay)  # the budget stream, all its requests sent
+    mirror = replay["stream"]
     page, errors = open_and_run(browser, lab, "06_prompt_caching.ipynb", timeout_s=400)
     check_clean(page, errors, "06")
+    check_saved(page, "06_prompt_caching.ipynb")
     send, forward = "button:has-text('Send next request')", "button:has-text('Fast-forward')"
     stream = page.locator(".widget-vbox").filter(has=page.locator(send)).first  # the first stream app
     view = stream.locator(".kv-blocks")
@@ -442,7 +600,47 @@ def test_06_prompt_caching(browser, lab):
     mirror.fast_forward()
     gone = rows.locator(".kv-block.kv-gone").first
     assert f"expired at {mirror.pc.clock():,.0f} s" in tip(page, gone)
+    check_budget_stream(page, errors, page.locator(".widget-vbox").filter(has=page.locator(send)).nth(1), replay["small"])
+
+    def stamps_last(a, b):  # "[2026-11-30 09:00] You are ..." -> "You are ... [2026-11-30 09:00]"
+        return tuple(" ".join(reversed(re.fullmatch(r"(\[[^]]*\]) (.*)", p, re.S).groups())) for p in (a, b))
+
+    div = page.locator(".widget-vbox").filter(has_text="Prompt B").first
+    first, last = check_divergence(page, errors, "06", div, tokenization.for_model(model), stamps_last)
+    assert last > first  # the lesson: a timestamp at the end leaves the prefix before it to the cache
     screenshots(page, "06")
+
+
+def check_budget_stream(page, errors, app, mirror):
+    """The stream under a byte budget: each row is the mirror's receipt, the blocks evicted show gone (hover:
+    evicted, when), Send says all are sent, Fast-forward expires what is held."""
+    from kvlib.views.blocks import GONE
+
+    app.scroll_into_view_if_needed()
+    rows = app.locator(".kv-blocks tr.kv-request")
+    assert rows.count() == len(mirror.results) == len(mirror.requests)
+    for k, (label, tenant, res, gone) in enumerate(mirror.results):
+        r = res.receipt
+        field = {td.get_attribute("data-field"): td.inner_text().strip() for td in rows.nth(k).locator("td").all()}
+        assert (field["label"], field["tenant"], field["gone"]) == (label, tenant, str(len(gone) or "")), field
+        assert [int(field[f].replace(",", "")) for f in ("input", "cached", "written")] == \
+            [r.input_tokens, r.cached_tokens, r.written_tokens], label
+        assert rows.nth(k).locator(".kv-block").evaluate_all("cs => cs.map(c => c.dataset.state)") == r.blocks, label
+    held = {key[:8].hex() for key in mirror.pc.blocks}
+    evicted = {e.key[:8].hex(): e for e in mirror.pc.events if e.kind == "evict" and e.key[:8].hex() not in held}
+    shown = rows.locator(".kv-block.kv-gone")  # evicted and not written again since
+    assert evicted and set(shown.evaluate_all("cs => cs.map(c => c.dataset.hash)")) == set(evicted)
+    e = evicted[shown.first.get_attribute("data-hash")]
+    assert f"{GONE[e.kind]} at {e.time:,.0f} s: no longer in the cache" in tip(page, shown.first)
+    app.locator("button:has-text('Send next request')").click()
+    page.wait_for_function("(el) => el.innerText.includes('All requests sent.')", arg=app.element_handle(),
+                           timeout=30_000)
+    settle(page, errors, "06", "Send next request on the budget stream, all sent")
+    app.locator("button:has-text('Fast-forward')").click()
+    page.wait_for_function("([el, n]) => el.innerText.includes(`${n} blocks expired`)", arg=[app.element_handle(), len(held)],
+                           timeout=30_000)
+    settle(page, errors, "06", "Fast-forward on the budget stream")
+    assert held and app.locator(".kv-ttl").count() == 0 and "cache holds 0 blocks" in app.inner_text()
 
 
 def test_07_long_context_memory(browser, lab):
@@ -452,6 +650,7 @@ def test_07_long_context_memory(browser, lab):
 
     page, errors = open_and_run(browser, lab, "07_long_context_memory.ipynb", timeout_s=400)
     check_clean(page, errors, "07")
+    check_saved(page, "07_long_context_memory.ipynb")
     app = page.locator(".widget-vbox").filter(has_text="per batch of").first
     app.scroll_into_view_if_needed()
 
@@ -472,5 +671,5 @@ def test_07_long_context_memory(browser, lab):
                            timeout=30_000)
     settle(page, errors, "07", "moving the context to 256K")
     assert shown() == (262144, 1, memory.kv_bytes(memory.CATALOGUE["Gemma-2-9B"], 262144)) != before
-    page.screenshot(path=str(shots_dir() / "07-calculator.png"))
+    shot(page, "07-calculator")
     screenshots(page, "07")
