@@ -8,6 +8,7 @@ Slow work waits for `continuous_update=False` sliders.
 
 import html
 import threading
+from typing import NamedTuple
 
 import ipywidgets as W
 
@@ -292,6 +293,20 @@ class GridFilling(App):
         return max(_largest_change(b, a) for b, a in zip(self.traces, self.traces[1:]))
 
 
+class Request(NamedTuple):  # one request of a PromptCacheStream
+    label: str
+    tenant: str
+    prompt: str
+    mark: int = None  # explicit mode: where its cache_control marker ends the cached prefix
+
+
+class Sent(NamedTuple):  # what sending one request did
+    label: str
+    tenant: str
+    prefill: object   # the PromptCache's Prefill: logits, cache, receipt, seconds
+    gone: list        # the Events of blocks expired or evicted on its way in
+
+
 class PromptCacheStream(App):
     """Send a stream of requests through a PromptCache and watch its blocks hit, get written, expire and
     be evicted, with each request's receipt and its cost at the prices of the provider whose mode it copies."""
@@ -299,13 +314,15 @@ class PromptCacheStream(App):
     DEFAULT_PRICES = {"automatic": "openai-gpt-5", "explicit": "anthropic-5m"}
 
     def __init__(self, pc, requests, prices=None, seconds_between=10):
-        """requests: [(label, tenant, prompt text)] (explicit mode: a 4th item, the cache_control mark);
+        """requests: [Request(label, tenant, prompt text, mark)] or plain tuples of the same (the mark, for
+        explicit mode's cache_control, may be left out);
         pc: a PromptCache on a clock the app can move (prompt_cache.ManualClock), which moves on
         `seconds_between` before each request after the first; prices: a pricing.Pricing of the cache's
         own mode (by default OpenAI's GPT-5 for automatic, Anthropic's 5-minute for explicit)."""
         self.prices = prices or pricing.PRICING[self.DEFAULT_PRICES[pc.mode]]
         pricing.check_mode(pc.mode, self.prices)
-        self.pc, self.requests, self.results, self.seconds_between = pc, requests, [], seconds_between
+        self.pc, self.seconds_between = pc, seconds_between
+        self.requests, self.results = [Request(*r) for r in requests], []  # results: a Sent per request sent
         auto = W.Layout(width="auto")  # the whole label, never cut short
         self.next = W.Button(description="Send next request", button_style="primary", icon="paper-plane", layout=auto)
         self.forward = W.Button(description=f"Fast-forward {pc.ttl // 60 + 1:.0f} min", icon="forward",
@@ -327,19 +344,19 @@ class PromptCacheStream(App):
         if len(self.results) == len(self.requests):
             self.status.value = "All requests sent. Fast-forward the clock or build a new stream."
             return
-        label, tenant, prompt, *mark = self.requests[len(self.results)]
+        label, tenant, prompt, mark = self.requests[len(self.results)]
         if self.results and hasattr(self.pc.clock, "now"):
             self.pc.clock.now += self.seconds_between  # requests arrive over time, so "least recently used" means something
         events = len(self.pc.events)
         try:
-            res = self.pc.prefill(prompt, tenant=tenant, cache_control=mark[0] if mark else None)
+            res = self.pc.prefill(prompt, tenant=tenant, cache_control=mark)
         except ValueError as e:
             self.status.value = _error(e)
             return
         gone = [e for e in self.pc.events[events:] if e.kind in ("expire", "evict")]
-        self.results.append((label, tenant, res, gone))
+        self.results.append(Sent(label, tenant, res, gone))
         r = res.receipt
-        self.view.add(label, tenant, prompt, res, self.cost(r), mark[0] if mark else None, len(gone))
+        self.view.add(label, tenant, prompt, res, self.cost(r), mark, len(gone))
         evicted = sum(e.kind == "evict" for e in gone)
         self.status.value = (f"Sent <b>{html.escape(label)}</b>: {r.cached_tokens} of {r.input_tokens} tokens cached, "
                              f"{r.written_tokens} written; cost {self.cost(r):,.1f} (uncached: {r.input_tokens})"
