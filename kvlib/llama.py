@@ -48,7 +48,6 @@ def rope_angles(positions, head_dim, theta):  # [T] -> cos, sin [T, hd]
 def rotate(x, cos, sin):  # [nh, T, hd] -> [nh, T, hd]
     """Turn each pair (a, b) by its angle: (a cos - b sin, b cos + a sin)."""
     a, b = x.chunk(2, dim=-1)
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # angles are computed in fp32, applied in the model's dtype
     return x * cos + torch.cat([-b, a], dim=-1) * sin
 
 
@@ -98,8 +97,9 @@ def llama(ids, params, config, cache=None, trace=None, last_only=False):  # [T] 
     """Logits for the new tokens `ids`, which follow the tokens the cache holds (as gpt2.gpt2)."""
     cache = KVCache(config.n_layer) if cache is None else cache
     pos, mask = cache.admit(len(ids), ids.device)  # [T], [T, S]
-    cos, sin = rope_angles(pos, config.head_dim, config.rope_theta)  # [T, hd], shared by every layer
     x = params["embed_tokens.weight"][ids]  # [T, C]: no position added
+    # [T, hd], shared by every layer: computed in fp32, applied in the model's dtype
+    cos, sin = (t.to(x.dtype) for t in rope_angles(pos, config.head_dim, config.rope_theta))
     mask = mask.to(x.dtype)
     for i, p in enumerate(params["h"]):
         x = block(x, p, config, cos, sin, cache.layers[i], mask, None if trace is None else trace.recorder(i))
