@@ -564,12 +564,12 @@ def test_06_prompt_caching(browser, lab, model):
                                arg=[view.element_handle(), k + 1], timeout=30_000)
         settle(page, errors, "06", f"Send next request ({label})")
         mirror.send()
-        _, tenant, res, _ = mirror.results[k]
-        r, prompt = res.receipt, mirror.requests[k][2]
+        sent, request = mirror.results[k], mirror.requests[k]
+        tenant, r, prompt = sent.tenant, sent.prefill.receipt, request.prompt
         row = rows.nth(k)
         field = {td.get_attribute("data-field"): td.inner_text().strip() for td in row.locator("td").all()}
         n_in, cached, written = (int(field[f].replace(",", "")) for f in ("input", "cached", "written"))
-        assert (field["label"], field["tenant"]) == (label, tenant) == (mirror.requests[k][0], "acme")
+        assert (field["label"], field["tenant"]) == (label, tenant) == (request.label, "acme")
         assert (n_in, cached, written) == (r.input_tokens, r.cached_tokens, r.written_tokens), label
         # the shared system prompt is a hit in whole blocks; a changed first token hits nothing
         assert (cached > 0 and cached % 16 == 0) if k == 4 else cached == 0, (label, cached)
@@ -619,8 +619,8 @@ def check_budget_stream(page, errors, app, mirror):
     app.scroll_into_view_if_needed()
     rows = app.locator(".kv-blocks tr.kv-request")
     assert rows.count() == len(mirror.results) == len(mirror.requests)
-    for k, (label, tenant, res, gone) in enumerate(mirror.results):
-        r = res.receipt
+    for k, sent in enumerate(mirror.results):
+        label, tenant, gone, r = sent.label, sent.tenant, sent.gone, sent.prefill.receipt
         field = {td.get_attribute("data-field"): td.inner_text().strip() for td in rows.nth(k).locator("td").all()}
         assert (field["label"], field["tenant"], field["gone"]) == (label, tenant, str(len(gone) or "")), field
         assert [int(field[f].replace(",", "")) for f in ("input", "cached", "written")] == \
