@@ -84,3 +84,16 @@ def small_llama(small_llama_dir):
 def smollm2():
     """SmolLM2-135M-Instruct, fetched by `make test` (python -m kvlib download smollm2)."""
     return kvlib.load_model("smollm2", device="cpu")
+
+
+SLOW_FIXTURES = {"smollm2", "smollm2_hf", "random_gpt2"}
+
+
+def pytest_collection_modifyitems(items):
+    """`make check` leaves out tests marked slow: every test on SmolLM2 or GPT-2 small's shape (a load,
+    then work at their size) and every exercise on SmolLM2, besides those marked by hand (subprocesses,
+    notebooks, the browser, long streams)."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if SLOW_FIXTURES & set(item.fixturenames) or getattr(params.get("ex"), "uses", ()):
+            item.add_marker(pytest.mark.slow)

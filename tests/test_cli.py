@@ -4,6 +4,9 @@ import sys
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # subprocesses and whole-model runs: make test only
+
+
 
 def kvlib_cli(*args):
     return subprocess.run([sys.executable, "-m", "kvlib", *args], capture_output=True, text=True, timeout=600)

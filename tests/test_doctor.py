@@ -6,6 +6,8 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 from kvlib import doctor
 
 
@@ -22,6 +24,7 @@ def test_doctor_passes_on_this_machine(smollm2):
         assert part in r.stdout, part
 
 
+@pytest.mark.slow
 def test_doctor_names_a_missing_model_and_its_fix(tmp_path):
     r = doctor_cli(KVLIB_HOME=str(tmp_path / "kv"), HF_HUB_CACHE=str(tmp_path / "hub"))
     assert r.returncode == 1
@@ -61,6 +64,7 @@ def test_a_missing_package_is_named_with_its_fix(monkeypatch):
     assert found.detail == "missing: scipy, gguf" and "make install" in found.fix
 
 
+@pytest.mark.slow
 def test_a_missing_package_fails_the_command_without_a_traceback():
     """The whole command with matplotlib uninstalled (its metadata gone and its import failing): a report, not a crash."""
     code = ("import importlib.metadata as md, runpy, sys\n"

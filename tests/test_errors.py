@@ -66,6 +66,7 @@ def run_offline(code, **env):
                           env={**os.environ, **env})
 
 
+@pytest.mark.slow
 def test_offline_gpt2_fails_without_touching_the_network_and_names_the_way_out(tmp_path):
     r = run_offline("import kvlib; kvlib.load_model('gpt2')", HF_HUB_CACHE=str(tmp_path), HF_HOME=str(tmp_path),
                     HF_HUB_OFFLINE="0")
@@ -73,6 +74,7 @@ def test_offline_gpt2_fails_without_touching_the_network_and_names_the_way_out(t
     assert "KVLibError" in r.stderr and "'tiny'" in r.stderr and "python -m kvlib download gpt2" in r.stderr
 
 
+@pytest.mark.slow
 def test_download_offline_says_what_to_do():
     r = subprocess.run([sys.executable, "-m", "kvlib", "download", "gpt2"], capture_output=True, text=True,
                        timeout=60, env={**os.environ, "HF_HUB_OFFLINE": "1"})

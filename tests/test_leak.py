@@ -3,12 +3,14 @@
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
+import pytest
 
 from kvlib import leak, plots
 
 matplotlib.use("Agg")
 
 
+@pytest.mark.slow
 def test_a_shared_cache_leaks_and_a_per_tenant_one_does_not(tiny):
     n, tokens = leak.sized_for(tiny)
     shared = leak.attack(tiny, True, n=n, prompt_tokens=tokens)

@@ -181,6 +181,7 @@ def loop_without_the_new_token(model, prompt_ids, n):  # a common slip: the cach
     return ids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny", "small_llama"])
 def test_the_cached_loop_exercise(request, name):
     model = request.getfixturevalue(name)

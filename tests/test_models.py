@@ -5,9 +5,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from kvlib import models
 
 from test_errors import NO_NETWORK
+
+pytestmark = pytest.mark.slow  # subprocesses and whole-model runs: make test only
+
 
 
 def fake_hub_cache(root, src):

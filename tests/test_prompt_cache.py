@@ -97,6 +97,7 @@ def test_lru_evicts_the_least_recently_used_under_the_budget(tiny):
     assert pc.prefill(b).receipt.cached_tokens == 0
 
 
+@pytest.mark.slow
 def test_the_byte_budget_holds_over_thousands_of_requests(tiny):
     from kvlib import memory
     clock, rng = Clock(), random.Random(0)
