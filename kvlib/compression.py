@@ -111,7 +111,7 @@ def grouped_params(model, n_kv_head):
     The shared head is repeated into each of the group's slots, so kvlib's own forward pass runs
     unchanged and every query head reads its group's one K/V head; a real GQA cache stores it once."""
     c = model.config
-    if "attn.c_attn.weight" not in model.params["h"][0] or c.n_kv_head != c.n_head:  # GPT-2's fused Q, K, V
+    if c.arch != "gpt2" or c.n_kv_head != c.n_head:  # it averages GPT-2's fused c_attn, one K/V head per query
         raise KVLibError(f"grouped_kv converts a GPT-2-family model (one K/V head per query head); {model.name} "
                          f"is a {c.arch} model with {c.n_kv_head} K/V heads for {c.n_head}")
     if not isinstance(n_kv_head, int) or n_kv_head < 1 or c.n_head % n_kv_head:

@@ -69,6 +69,11 @@ def head_weights(p, config, head):  # one query head's (W [C, hd], b [hd]) for Q
     return [cut("q_proj", head), no_bias, cut("k_proj", kv), no_bias, cut("v_proj", kv), no_bias]
 
 
+def fused_grouped_attention(q, k, v, mask):  # as grouped_attention, out only: torch's fused kernel
+    """What the forward pass runs when no trace records; [None]: a batch of one, the 4-D shape the CPU kernel takes."""
+    return F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask, enable_gqa=True)[0]
+
+
 def gqa(x, p, config, cos, sin, layer_cache, mask, record=None):  # [T, C] -> [T, C]
     q = split_heads(linear(x, p["self_attn.q_proj.weight"]), config.n_head)  # [nh, T, hd]
     k = split_heads(linear(x, p["self_attn.k_proj.weight"]), config.n_kv_head)  # [nkv, T, hd]
@@ -76,7 +81,7 @@ def gqa(x, p, config, cos, sin, layer_cache, mask, record=None):  # [T, C] -> [T
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)  # position enters here, and only here
     K, V = layer_cache.append(k, v)  # [nkv, S, hd]: keys after RoPE, so a cached key never turns again
     if record is None:  # as in gpt2.mha; the fused kernel serves each K/V head's group of queries itself
-        out = F.scaled_dot_product_attention(q[None], K[None], V[None], attn_mask=mask, enable_gqa=True)[0]
+        out = fused_grouped_attention(q, K, V, mask)
     else:
         out, scores, weights = grouped_attention(q, K, V, mask)  # [nh, T, hd]
         record(x=x, q=q, k=k, v=v, scores=scores, weights=weights, out=out)

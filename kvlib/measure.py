@@ -37,7 +37,7 @@ def read_bandwidth(device="cpu", nbytes=512 * 2**20, repeats=5):
 def step_weight_bytes(model):
     """Bytes of a loaded model's weights that one decode step reads: every matrix once, but only a
     row of each lookup table. (memory.all_weight_bytes counts all of a catalogued architecture's.)"""
-    lookups = {"wte.weight", "wpe.weight", "embed_tokens.weight"}  # the output head is its own [C, V] copy
+    lookups = {model.family.token_table, model.family.position_table}  # the output head is its own [C, V] copy
     tensors = [t for k, t in model.params.items() if k != "h" and k not in lookups]
     tensors += [t for layer in model.params["h"] for t in layer.values()]
     return sum(t.numel() * t.element_size() for t in tensors)

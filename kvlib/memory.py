@@ -11,7 +11,8 @@ KV heads (Llama family) shrink both the cache and the K and V projections.
 import bisect
 from dataclasses import dataclass, replace
 
-from .models import FAMILIES
+from .errors import KVLibError
+from .models import FAMILIES, Config
 from .texttable import text_table
 
 
@@ -195,8 +196,6 @@ def of_model(model):
 def as_config(arch):
     """A catalogued architecture as a kvlib Config, to count its multiply-adds without loading weights
     (only for entries that give a vocabulary, a feed-forward width and a kvlib family)."""
-    from .models import Config, KVLibError  # models loads weights; the catalogue's formulas need none of that
-
     if None in (arch.vocab, arch.ffn, arch.family):
         countable = [a.name for a in CATALOGUE.values() if None not in (a.vocab, a.ffn, a.family)]
         raise KVLibError(f"{arch.name}: the catalogue sizes its cache but gives no vocabulary, feed-forward width "

@@ -8,7 +8,6 @@ with a hint, as in jessevig/bertviz.
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
-from scipy.stats import theilslopes
 
 
 
@@ -350,6 +349,8 @@ def step_seconds_by_context(lengths, ms, title):
     ax = fig.add_subplot()
     ax.plot(lengths, ms, "o", color="#3d85c6", label="measured (fastest of several repeats)")
     x = np.asarray(lengths, dtype=float)
+    from scipy.stats import theilslopes  # here, not at import: scipy.stats takes seconds to load
+
     # the median of the slopes between pairs of points (Theil-Sen): one point slowed by a busy moment
     # of the machine cannot tilt it, as it would a least-squares fit
     slope, intercept, _, _ = theilslopes(ms, x, method="joint")  # joint: the intercept is median(y - slope x)

@@ -108,6 +108,8 @@ def simulate(model, requests, replicas, router="prefix hash", hash_tokens=16, bl
         repeat = key in first
         first.setdefault(key, replica)
         served.append(Served(t, key[:6], replica, r.input_tokens, r.cached_tokens, repeat, first[key]))
+    for pc in caches:
+        pc.expire()  # what each still holds at the end, past-TTL entries dropped
     return Run(router, replicas, tuple(served), tuple(pc.nbytes for pc in caches))
 
 

@@ -124,8 +124,8 @@ def test_cache_read_grows_with_the_cache_past_the_context(tiny):
 def test_cache_read_times_the_cache_in_the_models_shape(small_llama, monkeypatch):
     """A grouped-head model is timed reading its K/V heads (2 here), not one per query head (4)."""
     read = []
-    real = longcontext.grouped_attention
-    monkeypatch.setattr(longcontext, "grouped_attention",
+    real = longcontext.fused_grouped_attention
+    monkeypatch.setattr(longcontext, "fused_grouped_attention",
                         lambda q, k, v, mask: read.append((q.shape, k.shape, v.shape)) or real(q, k, v, mask))
     longcontext.cache_read_seconds(small_llama, [8], repeats=1)
     c = small_llama.config

@@ -54,7 +54,7 @@ class PromptBlocks(View):
                 stored[h] = {"expires": pc.blocks[key].last_used + pc.ttl}
             elif key in went:  # gone since the last look (even if written and evicted in between)
                 stored[h] = {"gone": GONE[went[key].kind], "at": went[key].time}
-        held = sum(b.nbytes for b in pc.blocks.values())  # what it holds, without expiring anything
+        held = pc.nbytes  # what it holds (reading it expires nothing)
         budget = f" of {pc.max_bytes:,}" if pc.max_bytes is not None else ""
         size = f"blocks of {pc.block_size} tokens" if pc.mode == "automatic" else "one block per marked prefix"
         with self.hold_sync():  # one message to the browser
