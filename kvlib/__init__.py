@@ -1,6 +1,7 @@
 """kvlib: the KV cache, visually. A glass-box GPT-2, its KV cache and generation."""
 
 from . import magics
+from .batching import generate_batch
 from .generate import Generation, generate
 from .kv_cache import KVCache
 from .models import Config, KVLibError, Model, load_model
@@ -9,4 +10,4 @@ from .trace import Trace
 
 magics.register()  # %%needs in notebooks
 
-__all__ = ["Config", "Generation", "KVCache", "KVLibError", "Model", "PromptCache", "Trace", "generate", "load_model"]
+__all__ = ["Config", "Generation", "KVCache", "KVLibError", "Model", "PromptCache", "Trace", "generate", "generate_batch", "load_model"]

@@ -1,0 +1,192 @@
+"""A paged KV cache that many sequences share: how a server holds a batch, as vLLM does.
+
+The KV memory is one pool of fixed-size blocks per layer (`block_size` tokens each). Every
+sequence has a block table, the list of blocks that hold its tokens in order, wherever they
+lie: a sequence takes a block only when its last one is full, and gives its blocks back when
+it ends. Sequences that begin alike (one system prompt, many users) hold the same blocks,
+counted by reference; the first to write into a shared block that is not full copies it first
+(copy-on-write), so nobody's tokens change under another's feet. Kwon et al., "Efficient
+Memory Management for Large Language Model Serving with PagedAttention" (SOSP 2023).
+
+The forward pass does not know it serves a batch. A call's new tokens are the rows of every
+sequence the caller `schedule`s, one after another (packed, no padding); the matmuls treat rows
+alike, so each weight matrix is read once for all of them. Only attention must keep users
+apart, and here the block tables become the mask: `admit` hands attention the pool itself and a
+mask that lets each row see its own sequence's slots up to its own position, and nothing else.
+vLLM's kernel reads each row's blocks through its table instead; the sums are the same, but
+here every row also scores (and then ignores) the other rows' slots, work that grows with
+batch × pool. `LayerCache.append` keeps its contract: it returns all the K and V to attend over.
+"""
+
+import heapq
+from dataclasses import dataclass, field
+
+import torch
+
+from .errors import KVLibError
+from .kv_cache import causal_mask
+
+
+class BlockAllocator:
+    """n_blocks blocks handed out and taken back, with a count of holders per block: a block goes
+    back to the free list only when its last holder lets go (vLLM's block manager counts the same).
+
+    The free list is a heap, so the lowest free block goes first and the blocks in use stay packed
+    at the start of the pool (attention here reads the pool up to the last block in use)."""
+
+    def __init__(self, n_blocks):
+        if n_blocks < 1:
+            raise KVLibError("a pool needs at least 1 block")
+        self.n_blocks = n_blocks
+        self.free = list(range(n_blocks))  # sorted, so already a heap
+        self.refs = [0] * n_blocks         # holders of each block
+        self.allocated = self.freed = 0    # blocks taken from and given back to the free list, ever
+
+    def allocate(self):  # -> a block, held once
+        if not self.free:
+            raise KVLibError(f"all {self.n_blocks} blocks of the pool are in use: let a request finish "
+                             "(release it) before adding more, or make the pool larger")
+        block = heapq.heappop(self.free)
+        self.refs[block] = 1
+        self.allocated += 1
+        return block
+
+    def share(self, block):  # one more holder of a block in use
+        if self.refs[block] == 0:
+            raise KVLibError(f"block {block} is free: only a block in use can be shared")
+        self.refs[block] += 1
+
+    def release(self, block):  # one holder fewer; the last one frees it
+        if self.refs[block] == 0:
+            raise KVLibError(f"block {block} is already free")
+        self.refs[block] -= 1
+        if self.refs[block] == 0:
+            heapq.heappush(self.free, block)
+            self.freed += 1
+
+    @property
+    def in_use(self):  # blocks held by at least one sequence
+        return self.n_blocks - len(self.free)
+
+
+@dataclass
+class Sequence:
+    blocks: list = field(default_factory=list)  # its block table: block ids, in token order
+    length: int = 0                             # tokens held; token t sits in blocks[t // block_size]
+
+
+class PagedLayer:
+    """One layer's pool, K and V [nkv, n_blocks * block_size, hs], made on the first append."""
+
+    def __init__(self, cache):
+        self.cache, self.k, self.v = cache, None, None
+
+    def append(self, k, v):  # [nkv, T, hs] x 2 -> the pool up to the last block in use, [nkv, S, hs] x 2
+        if self.k is None:  # zeros, not empty: a masked slot still enters softmax(..)·V as 0 · value, and 0 · NaN is NaN
+            nkv, _, hs = k.shape
+            self.k, self.v = (k.new_zeros(nkv, self.cache.n_blocks * self.cache.block_size, hs) for _ in range(2))
+        slots = self.cache.slots  # [T]: where the scheduled rows' tokens go
+        self.k[:, slots], self.v[:, slots] = k, v
+        return self.k[:, :self.cache.span], self.v[:, :self.cache.span]  # views: nothing is copied
+
+    def copy_block(self, src, dst):  # a shared block's tokens into a block of one's own (copy-on-write)
+        if self.k is not None:
+            bs = self.cache.block_size
+            for pool in (self.k, self.v):
+                pool[:, dst * bs:(dst + 1) * bs] = pool[:, src * bs:(src + 1) * bs]
+
+
+class PagedKVCache:
+    """Many sequences' K and V in one pool of blocks per layer. The caller adds sequences, says which
+    get how many new tokens in the next forward call (`schedule`), and releases them when done."""
+
+    def __init__(self, n_layer, n_blocks, block_size=16):
+        if block_size < 1:
+            raise KVLibError("block_size must be at least 1 token")
+        self.block_size, self.n_blocks = block_size, n_blocks
+        self.allocator = BlockAllocator(n_blocks)
+        self.layers = [PagedLayer(self) for _ in range(n_layer)]
+        self.sequences = {}  # id -> Sequence
+        self._next_id = 0
+        self.rows = []       # [(sequence id, new tokens)] of the next forward call, in row order
+        self.slots = None    # [T] pool slot of each new row, set by admit
+        self.span = 0        # slots attention reads: up to the end of the last block in use
+
+    def add(self, prefix_of=None):  # -> a new sequence's id
+        """An empty sequence, or one that starts with every token `prefix_of` holds, sharing its blocks."""
+        seq = Sequence()
+        if prefix_of is not None:
+            parent = self.sequences[prefix_of]
+            for block in parent.blocks:
+                self.allocator.share(block)
+            seq.blocks, seq.length = list(parent.blocks), parent.length
+        self.sequences[self._next_id] = seq
+        self._next_id += 1
+        return self._next_id - 1
+
+    def release(self, seq_id):  # a finished sequence gives its blocks back (shared ones stay for their other holders)
+        for block in self.sequences.pop(seq_id).blocks:
+            self.allocator.release(block)
+
+    def __len__(self):  # tokens held by all sequences (a shared token once per sequence that reads it)
+        return sum(seq.length for seq in self.sequences.values())
+
+    def schedule(self, rows):  # [(sequence id, new tokens)]: what the next forward call's rows are
+        for seq_id, n in rows:
+            if seq_id not in self.sequences or n < 1:
+                raise KVLibError(f"schedule known sequences with at least 1 new token each, not {seq_id}: {n}")
+        if len({seq_id for seq_id, _ in rows}) != len(rows):
+            raise KVLibError("schedule each sequence at most once per forward call")
+        self.rows = list(rows)
+
+    def admit(self, t_new, device=None):  # -> positions [T], mask [T, S] (S: the pool up to the last block in use)
+        """Give each scheduled row a slot (a new block when its sequence's last one is full, a copy of
+        it when it is shared), then build the mask from the block tables."""
+        if sum(n for _, n in self.rows) != t_new:
+            raise KVLibError(f"the forward call has {t_new} tokens but {sum(n for _, n in self.rows)} were "
+                             "scheduled: call schedule([(sequence, n), ...]) before each call")
+        positions, slots = [], []
+        for seq_id, n in self.rows:
+            seq = self.sequences[seq_id]
+            for _ in range(n):
+                slots.append(self._slot_for_next(seq))
+                positions.append(seq.length)
+                seq.length += 1
+        self.span = (max(b for seq in self.sequences.values() for b in seq.blocks) + 1) * self.block_size
+        mask = torch.full((t_new, self.span), float("-inf"), device=device)
+        row = 0
+        for seq_id, n in self.rows:
+            seq = self.sequences[seq_id]
+            k_pos = torch.arange(seq.length, device=device)
+            mask[row:row + n, self.token_slots(seq_id, device)] = causal_mask(k_pos[-n:], k_pos)  # [n, length]
+            row += n
+        self.slots = torch.tensor(slots, device=device)
+        self.rows = []  # each schedule serves one call
+        return torch.tensor(positions, device=device), mask
+
+    def _slot_for_next(self, seq):  # the pool slot where the sequence's next token goes
+        offset = seq.length % self.block_size
+        if offset == 0:  # its last block is full (or it has none): take a new one
+            seq.blocks.append(self.allocator.allocate())
+        elif self.allocator.refs[seq.blocks[-1]] > 1:  # shared and not full: copy it, then write into the copy
+            own = self.allocator.allocate()
+            for layer in self.layers:
+                layer.copy_block(seq.blocks[-1], own)
+            self.allocator.release(seq.blocks[-1])
+            seq.blocks[-1] = own
+        return seq.blocks[-1] * self.block_size + offset
+
+    def token_slots(self, seq_id, device=None):  # [length]: the pool slot of each token of a sequence, in order
+        seq, bs = self.sequences[seq_id], self.block_size
+        blocks = torch.tensor(seq.blocks, device=device, dtype=torch.long)
+        return (blocks[:, None] * bs + torch.arange(bs, device=device)).flatten()[:seq.length]  # [blocks * bs] cut
+
+    def keys(self, layer, seq_id):  # [nkv, length, hs]: one sequence's keys at one layer, gathered through its table
+        return self.layers[layer].k[:, self.token_slots(seq_id, self.layers[layer].k.device)]
+
+    def values(self, layer, seq_id):  # [nkv, length, hs]
+        return self.layers[layer].v[:, self.token_slots(seq_id, self.layers[layer].v.device)]
+
+    def __repr__(self):
+        return (f"PagedKVCache({len(self.sequences)} sequences, {self.allocator.in_use} of {self.n_blocks} blocks "
+                f"of {self.block_size} tokens in use)")

@@ -1,0 +1,140 @@
+"""Batched generation and the paged cache it runs on: every answer equals the one its prompt gets alone,
+every cached logit equals an uncached pass, shared blocks are copied before anyone writes into them,
+and every block taken is given back."""
+
+import pytest
+import torch
+
+from kvlib import KVLibError, generate, generate_batch
+from kvlib.batching import forward_rows
+from kvlib.paged_cache import BlockAllocator, PagedKVCache
+
+PROMPTS = ["Once upon a time", "The", "A very long prompt about a king who went to the sea and saw that the water",
+           "Hi", "In the beginning there was nothing but", "x y z", "Tom and Sue went", "The sun is hot and the"]
+
+
+def assert_same_answers(model, prompts, max_new_tokens, **sampling):
+    batch = generate_batch(model, prompts, max_new_tokens=max_new_tokens, **sampling)
+    seed = sampling.pop("seed", None)
+    for i, (prompt, gen) in enumerate(zip(prompts, batch)):
+        alone = generate(model, prompt, max_new_tokens=max_new_tokens, seed=None if seed is None else seed + i, **sampling)
+        assert (gen.ids, gen.text, gen.stop_reason) == (alone.ids, alone.text, alone.stop_reason), prompt
+    return batch
+
+
+def test_greedy_batch_equals_generate_alone_tiny(tiny):
+    assert len({len(tiny.encode(p)) for p in PROMPTS}) >= 6  # prompts of different lengths
+    batch = assert_same_answers(tiny, PROMPTS, 16)
+    assert len({gen.text for gen in batch}) == len(PROMPTS)  # eight different answers, not one repeated
+
+
+def test_greedy_batch_equals_generate_alone_llama(small_llama):  # grouped K/V heads and RoPE
+    assert_same_answers(small_llama, PROMPTS, 12)
+
+
+def test_sampled_batch_equals_generate_alone_with_the_same_seeds(tiny):  # sequence i samples with seed + i
+    batch = assert_same_answers(tiny, PROMPTS[:4], 10, temperature=1.0, seed=7)
+    greedy = generate_batch(tiny, PROMPTS[:4], max_new_tokens=10)
+    assert [g.ids for g in batch] != [g.ids for g in greedy]  # the sampling really sampled
+
+
+def test_greedy_batch_equals_generate_alone_smollm2(smollm2):
+    prompts = [smollm2.encode(p) for p in PROMPTS]
+    assert_same_answers(smollm2, prompts, 12, stop_at_eos=False)
+
+
+def test_a_sequence_that_stops_early_leaves_and_the_others_go_on(tiny):
+    eos = tiny.eos_token_id
+    gens = generate_batch(tiny, ["The king", "A"], max_new_tokens=6)
+    assert all(len(g.ids) == 6 or g.ids[-1] == eos for g in gens)
+    short = generate_batch(tiny, ["The king", "A"], max_new_tokens=2)
+    assert [len(g.ids) for g in short] == [2, 2] and short[0].stop_reason.startswith("max_new_tokens")
+    assert len(gens[0].step_seconds) == len(gens[0].ids)  # its prefill, then one step per token
+
+
+def uncached_last(model, ids):
+    return model.forward(ids, last_only=True)[-1]
+
+
+@pytest.mark.parametrize("fixture", ["tiny", "small_llama"])
+def test_cached_logits_equal_an_uncached_pass(fixture, request):
+    """Eight sequences in one pool: each decode row, and a prefill packed beside decode rows, gives the
+    logits a pass over that sequence's whole text gives, with no cache at all."""
+    model = request.getfixturevalue(fixture)
+    prompts = [model.encode(p) for p in PROMPTS]
+    cache = PagedKVCache(model.config.n_layer, n_blocks=64, block_size=4)
+    seqs = [cache.add() for _ in prompts]
+    texts = [list(p) for p in prompts]
+    for seq, ids in zip(seqs[:7], texts):
+        forward_rows(model, cache, [(seq, ids)])
+    for step in range(4):  # decode rows of seven sequences; at step 1 the eighth prompt is prefilled with them
+        rows = [(seq, [100 + 7 * step + i]) for i, seq in enumerate(seqs[:7])]
+        if step == 1:
+            rows.insert(3, (seqs[7], texts[7]))
+        for seq, ids in rows:
+            if not (step == 1 and seq == seqs[7]):
+                texts[seq].extend(ids)
+        logits = forward_rows(model, cache, rows)  # [len(rows), V]
+        for (seq, _), row in zip(rows, logits):
+            torch.testing.assert_close(row, uncached_last(model, texts[seq]), atol=1e-4, rtol=0)
+    assert [cache.sequences[s].length for s in seqs] == [len(t) for t in texts]
+
+
+def test_a_shared_prefix_is_copied_before_it_is_written(tiny):
+    """Two users share a 6-token system prompt (blocks of 4: one full block, one half full). Each writes
+    its own tokens after it: the half-full block is copied first, so the owner's keys never change."""
+    system = tiny.encode("The king of the sea said")[:6]
+    cache = PagedKVCache(tiny.config.n_layer, n_blocks=16, block_size=4)
+    owner = cache.add()
+    forward_rows(tiny, cache, [(owner, system)])
+    before = cache.keys(0, owner).clone()
+    a, b = cache.add(prefix_of=owner), cache.add(prefix_of=owner)
+    assert cache.allocator.in_use == 2 and cache.allocator.refs[:2] == [3, 3]  # two blocks, three holders each
+    rows = [(a, tiny.encode(" hello")), (b, tiny.encode(" to the moon and back"))]
+    logits = forward_rows(tiny, cache, rows)
+    for (seq, ids), row in zip(rows, logits):
+        torch.testing.assert_close(row, uncached_last(tiny, system + ids), atol=1e-4, rtol=0)
+    assert torch.equal(cache.keys(0, owner), before)
+    assert cache.sequences[a].blocks[0] == cache.sequences[b].blocks[0] == cache.sequences[owner].blocks[0]  # full: shared
+    assert len({cache.sequences[s].blocks[1] for s in (owner, a, b)}) == 3  # half full: each has its own copy
+    for seq in (owner, a, b):
+        cache.release(seq)
+    assert cache.allocator.in_use == 0 and cache.allocator.allocated == cache.allocator.freed
+
+
+def test_blocks_are_given_back(tiny):
+    cache = PagedKVCache(tiny.config.n_layer, n_blocks=8, block_size=4)
+    seqs = [cache.add() for _ in range(3)]
+    forward_rows(tiny, cache, [(seqs[0], list(range(1, 10)))])  # 9 tokens: 3 blocks
+    forward_rows(tiny, cache, [(seqs[1], [5, 6])])
+    assert cache.allocator.in_use == 4
+    cache.release(seqs[0])
+    assert cache.allocator.free[0] == 0  # its blocks are free again, lowest first
+    forward_rows(tiny, cache, [(seqs[2], [7] * 12)])  # takes them back
+    assert sorted(cache.sequences[seqs[2]].blocks) == [0, 1, 2]
+    for seq in seqs[1:]:
+        cache.release(seq)
+    assert cache.allocator.allocated == cache.allocator.freed == 7 and cache.allocator.in_use == 0
+
+
+def test_clear_errors(tiny):
+    cache = PagedKVCache(tiny.config.n_layer, n_blocks=1, block_size=4)
+    seq = cache.add()
+    with pytest.raises(KVLibError, match="scheduled"):
+        tiny.family.forward(torch.tensor([1, 2]), tiny.params, tiny.config, cache)
+    with pytest.raises(KVLibError, match="at most once"):
+        cache.schedule([(seq, 1), (seq, 1)])
+    with pytest.raises(KVLibError, match="all 1 blocks of the pool are in use"):
+        forward_rows(tiny, cache, [(seq, [1, 2, 3, 4, 5])])
+    with pytest.raises(KVLibError, match="context"):
+        big = PagedKVCache(tiny.config.n_layer, 99, 16)
+        forward_rows(tiny, big, [(big.add(), [1] * (tiny.config.n_ctx + 1))])
+    with pytest.raises(KVLibError, match="list of prompts"):
+        generate_batch(tiny, "one prompt, not a list")
+    with pytest.raises(KVLibError, match="empty"):
+        generate_batch(tiny, ["fine", ""])
+    allocator = BlockAllocator(2)
+    with pytest.raises(KVLibError, match="already free"):
+        allocator.release(0)
+    with pytest.raises(KVLibError, match="only a block in use"):
+        allocator.share(1)
