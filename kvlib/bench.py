@@ -8,6 +8,8 @@ time of that step's bare weight matmuls (the floor torch itself reaches).
 prefill: a long prompt through kvlib and through transformers (time to first token's bulk).
 prompt caching: time to first token of a long prompt cold, warm (all but its last
 tokens cached) and with no prompt cache at all (what a 0 % hit rate costs).
+batching: total decode tokens/s of `generate_batch` at batch 1, 8 and 32 (GPT-2's shape and
+SmolLM2), each as a ratio to batch 1: the weights are read once per step for the whole batch.
 suite (`python -m kvlib bench --out DIR`): all of it on GPT-2's shape and SmolLM2 at
 several prompt lengths, written to DIR/bench.json, DIR/bench.md and plots.
 
@@ -28,6 +30,7 @@ import numpy as np
 import torch
 
 from . import memory, models, plots
+from .batching import generate_batch
 from .generate import generate
 from .measure import bare_matmul_seconds, random_ids, read_bandwidth, step_weight_bytes, timed
 
@@ -196,6 +199,31 @@ def prefill_rates(model, hf, prompt_len=1024, repeats=3, seed=0):
             "kvlib_over_transformers": best["transformers"] / best["kvlib"]}
 
 
+BATCHES = (1, 8, 32)
+
+
+def batch_rates(model, batches=BATCHES, prompt_len=32, new_tokens=16, repeats=2, seed=0):
+    """Total decode tokens/s of generate_batch at each batch size: random prompts of prompt_len tokens,
+    new_tokens each (no early stop), the decode steps timed (not the prefills, which run one prompt at a
+    time); every size taken in turn, best of `repeats` rounds after a warm-up; ratios to the smallest."""
+    best = {}
+    for round in range(repeats + 1):  # round 0 warms up
+        for b in batches:
+            prompts = [random_ids(model, prompt_len, seed + i) for i in range(b)]
+            gens = generate_batch(model, prompts, max_new_tokens=new_tokens, stop_at_eos=False)
+            steps = gens[0].step_seconds[1:]  # every sequence takes part in every decode step
+            if round:
+                best[b] = max(best.get(b, 0), b * len(steps) / sum(steps))
+    return {"prompt_len": prompt_len, "new_tokens": new_tokens, "tokens_per_second": best,
+            "over_batch_1": {b: tps / best[batches[0]] for b, tps in best.items()}}
+
+
+def report_batches(name, r):
+    print(f"{name}, {r['prompt_len']}-token prompts, {r['new_tokens']} new tokens each: total decode tokens/s")
+    for b, tps in r["tokens_per_second"].items():
+        print(f"  batch {b:>3}: {tps:8.1f} tok/s  ({r['over_batch_1'][b]:.1f}x batch 1)")
+
+
 def report_prompt_caching(r):
     t, rc = r["seconds"], r["receipt"]
     print(f"{r['model']}, {r['prompt_len']}-token prompt, time to first token (median of runs):")
@@ -266,11 +294,15 @@ def suite_model(name, device, prompts, cached_tokens, cache_prompt_tokens, bandw
     pc = prompt_caching(model, min(cache_prompt_tokens, model.config.n_ctx), repeats=2)
     say(f"  time to first token, {pc['prompt_len']}-token prompt: cold {pc['seconds']['cold'] * 1e3:.0f} ms, "
         f"warm {pc['seconds']['warm'] * 1e3:.0f} ms")
+    batches = batch_rates(model)
+    say("  batches: " + ", ".join(f"{b}: {t:.0f} tok/s ({batches['over_batch_1'][b]:.1f}x)"
+                                  for b, t in batches["tokens_per_second"].items()))
     per_token = memory.model_kv_bytes_per_token(model.config, bytes_per_number=model.dtype.itemsize)
     return {"model": str(model), "weight_bytes": nbytes, "floor_seconds": floor, "bare_matmul_seconds": bare,
             "bare_matmul_fraction_of_floor": floor / bare, "decode": decodes, "prefill": prefill,
             "time_to_first_token": {"prompt_len": pc["prompt_len"], "seconds": pc["seconds"],
                                     "warm_cached_tokens": pc["receipt"].cached_tokens},
+            "batches": batches,
             "kv_bytes": {"formula_bytes_per_token": per_token,
                          "tokens": [d["cache_tokens"] for d in decodes],
                          "measured": [d["cache_bytes"] for d in decodes],
@@ -327,6 +359,10 @@ def markdown_table(result):
         lines.append(f"| {name} | {p['prompt_len']:,} tokens | {p['seconds']['kvlib'] * 1e3:.0f} ms | "
                      f"{p['seconds']['transformers'] * 1e3:.0f} ms | {p['kvlib_over_transformers']:.2f}x | "
                      f"{t['cold'] * 1e3:.0f} / {t['warm'] * 1e3:.0f} ms |")
+    lines += ["", "| model | batch | total decode tokens/s | ÷ batch 1 |", "|---|---:|---:|---:|"]
+    for name, r in result["models"].items():
+        for b, tps in r["batches"]["tokens_per_second"].items():
+            lines.append(f"| {name} | {b} | {tps:.1f} | {r['batches']['over_batch_1'][b]:.1f}x |")
     return "\n".join(lines) + "\n"
 
 
@@ -345,3 +381,11 @@ def main(args):
     report_decode(r)
     print()
     report_prompt_caching(prompt_caching(r["model"], args.cache_prompt_tokens))
+    for name in SUITE_MODELS:  # batching on both families, whichever model the rest ran on
+        print()
+        try:
+            model = r["model"] if name == args.model else models.load_model(name, args.device)
+        except models.KVLibError as e:
+            print(f"{name}: {e}")
+            continue
+        report_batches(name, batch_rates(model))

@@ -135,4 +135,9 @@ def test_suite_writes_json_table_and_plots(tmp_path):
     assert len(saved["plots"]) == 4
     table = (tmp_path / "bench.md").read_text()
     assert "| tiny | 8 |" in table and "| tiny | 40 tokens |" in table and table in lines
+    b = t["batches"]  # JSON keys are strings
+    assert b["tokens_per_second"].keys() == b["over_batch_1"].keys() == {"1", "8", "32"}
+    assert b["over_batch_1"]["1"] == 1 and b["over_batch_1"]["32"] == pytest.approx(
+        b["tokens_per_second"]["32"] / b["tokens_per_second"]["1"])
+    assert f"| tiny | 32 | {b['tokens_per_second']['32']:.1f} |" in table
     assert any("prompt 8:" in line for line in lines)  # progress as it goes
