@@ -43,16 +43,17 @@ def step_weight_bytes(model):
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def bare_matmul_seconds(model, repeats=5):
+def bare_matmul_seconds(model, repeats=5, batch=1):
     """Median seconds of one decode step's weight matmuls alone: every matrix of every layer and the
-    output head times one token's vector, back to back, nothing else. What torch itself reaches."""
+    output head times `batch` tokens' vectors (one per sequence of a batch), back to back, nothing
+    else. What torch itself reaches."""
     weights = [w for layer in model.params["h"] for w in layer.values() if w.ndim == 2]  # [in, out] each
     weights.append(model.params["lm_head.weight"])  # [C, V]
-    xs = {n: torch.randn(1, n, device=model.device, dtype=model.dtype) for n in {w.shape[0] for w in weights}}
+    xs = {n: torch.randn(batch, n, device=model.device, dtype=model.dtype) for n in {w.shape[0] for w in weights}}
 
     def step():
         for w in weights:
-            torch.mm(xs[w.shape[0]], w)  # [1, in] @ [in, out]
+            torch.mm(xs[w.shape[0]], w)  # [batch, in] @ [in, out]
 
     step()  # warm up
     return statistics.median(timed(step, model.device)[1] for _ in range(repeats))

@@ -83,19 +83,21 @@ def test_gpt2_head_is_a_contiguous_copy_of_its_token_table(tiny):
     assert measure.step_weight_bytes(tiny) == (every - lookups) * 4
 
 
-def test_bare_matmuls_are_one_token_times_every_matrix_of_the_step(tiny, monkeypatch):
+@pytest.mark.parametrize("batch", [1, 32])
+def test_bare_matmuls_are_one_token_times_every_matrix_of_the_step(tiny, monkeypatch, batch):
     """What is timed, pinned without timing it (seconds on a shared machine say nothing): each run multiplies
-    one token's vector by every weight matrix of every layer and by the output head, each once."""
+    one token's vector per sequence of the batch by every weight matrix of every layer and by the output head,
+    each once."""
     real, seen = torch.mm, []
 
     def spy(x, w):
         seen.append((tuple(x.shape), w.data_ptr()))
         return real(x, w)
     monkeypatch.setattr(torch, "mm", spy)
-    seconds = measure.bare_matmul_seconds(tiny, repeats=3)
+    seconds = measure.bare_matmul_seconds(tiny, repeats=3, batch=batch)
     matrices = [w for layer in tiny.params["h"] for w in layer.values() if w.ndim == 2] + [tiny.params["lm_head.weight"]]
     assert len(matrices) == 4 * 4 + 1  # per layer: QKV, output, two feed-forward; then the head
-    one_run = [((1, w.shape[0]), w.data_ptr()) for w in matrices]
+    one_run = [((batch, w.shape[0]), w.data_ptr()) for w in matrices]
     assert seen == one_run * 4 and seconds > 0  # a warm-up run, then 3 timed
 
 
