@@ -21,17 +21,18 @@ import random
 from .models import KVLibError
 
 
-def request_lengths(n, seed=0, max_len=2048):
+def request_lengths(n, seed=0, max_len=2048, scale=1.0):
     """n random requests as (prompt tokens, output tokens), each together at most max_len.
 
-    Prompts and answers are log-normal (many short, a few long), as in chat traffic."""
-    if n < 1 or max_len < 2:
-        raise KVLibError("ask for at least 1 request, with max_len of at least 2 tokens")
+    Prompts and answers are log-normal (many short, a few long), as in chat traffic. scale multiplies
+    both (0.1: a median prompt of ~15 tokens and answer of ~9, for a small model's short context)."""
+    if n < 1 or max_len < 2 or scale <= 0:
+        raise KVLibError("ask for at least 1 request, with max_len of at least 2 tokens and a scale above 0")
     rng = random.Random(seed)
     out = []
     for _ in range(n):
-        prompt = min(max_len - 1, max(1, round(rng.lognormvariate(5.0, 1.0))))    # median ~150 tokens
-        answer = min(max_len - prompt, max(1, round(rng.lognormvariate(4.5, 1.0))))  # median ~90 tokens
+        prompt = min(max_len - 1, max(1, round(scale * rng.lognormvariate(5.0, 1.0))))    # median ~150 tokens
+        answer = min(max_len - prompt, max(1, round(scale * rng.lognormvariate(4.5, 1.0))))  # median ~90 tokens
         out.append((prompt, answer))
     return out
 
