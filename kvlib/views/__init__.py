@@ -11,7 +11,8 @@ from .cache import CacheGrowth
 from .embedding import EmbeddingMap
 from .matrix import Matrix
 from .step import DecodeStep
+from .timeline import ServingTimeline
 from .tokens import Tokens
 
-__all__ = ["AttentionGrid", "CacheGrowth", "DecodeStep", "EmbeddingMap", "Matrix", "PromptBlocks", "Tokens", "View",
-           "link_for"]
+__all__ = ["AttentionGrid", "CacheGrowth", "DecodeStep", "EmbeddingMap", "Matrix", "PromptBlocks", "ServingTimeline",
+           "Tokens", "View", "link_for"]

@@ -1,0 +1,70 @@
+"""The serving timeline: which request holds which batch slot at every step, static batching above
+continuous batching, from live runs (serving.side_by_side or serving.serve).
+
+Rows are the slots, columns the steps. A cell carries its request's letter; a prefill cell is also
+hatched and bold with a ▸, a decode cell plain, an idle slot dotted with a grey · (colour is never the only
+cue). Hover a cell for its request's prompt and answer lengths, time to first token and latency;
+its cells light up in every run shown. Under the slots, the blocks in use after each step. Without
+runs, or with data it cannot draw, the view says so in place."""
+
+import traitlets as T
+
+from ..errors import KVLibError
+from ..texttable import text_table
+from .base import View, module
+
+MARK = {"prefill": "▸", "decode": ""}
+
+
+def ms(seconds):
+    return round(seconds * 1e3, 2)
+
+
+class ServingTimeline(View):
+    _esm = module("timeline.js")
+    title = T.Unicode("").tag(sync=True)
+    requests = T.List().tag(sync=True)  # per request of the stream: {label, prompt, answer} (tokens)
+    runs = T.List().tag(sync=True)      # per run: {policy, max_batch, n_blocks, block_size, tokens, ms, tokens_per_second,
+                                        #   mean_latency_ms, mean_ttft_ms, idle, blocks_allocated, blocks_freed,
+                                        #   cells: [step][slot] null or [request, "prefill" | "decode"],
+                                        #   step_ms: [step], blocks: [step], served: [{slot, ttft_ms, latency_ms}]}
+
+    @classmethod
+    def of(cls, runs, title="Serving a stream of requests: which request holds which slot at each step"):
+        """runs: ServingRuns of one stream (a list, or side_by_side's {policy: run}), drawn in that order."""
+        runs = list(runs.values()) if isinstance(runs, dict) else list(runs)
+        stream = [(s.request.label, len(s.request.prompt_ids), s.request.max_new_tokens) for s in runs[0].served] \
+            if runs else []
+        for run in runs:
+            if [(s.request.label, len(s.request.prompt_ids), s.request.max_new_tokens) for s in run.served] != stream:
+                raise KVLibError("the runs served different requests: show runs of one stream side by side")
+        return cls(title=title, requests=[dict(label=l, prompt=p, answer=a) for l, p, a in stream],
+                   runs=[cls.data(run) for run in runs]).check_size()
+
+    @staticmethod
+    def data(run):  # one ServingRun as plain data
+        return dict(
+            policy=run.policy, max_batch=run.max_batch, n_blocks=run.n_blocks, block_size=run.block_size,
+            tokens=run.tokens, ms=ms(run.seconds), tokens_per_second=round(run.tokens_per_second, 1),
+            mean_latency_ms=ms(run.mean_latency), mean_ttft_ms=ms(run.mean_ttft), idle=round(run.idle, 4),
+            blocks_allocated=run.blocks_allocated, blocks_freed=run.blocks_freed,
+            cells=[[list(c) if c else None for c in step.cells] for step in run.steps],
+            step_ms=[ms(step.seconds) for step in run.steps], blocks=[step.blocks for step in run.steps],
+            served=[dict(slot=s.slot, ttft_ms=ms(s.ttft), latency_ms=ms(s.latency)) for s in run.served])
+
+    def summary(self):
+        if not self.runs:
+            return "No runs to show: give ServingTimeline.of the runs of serving.side_by_side (or serving.serve)."
+        lines = [self.title, "cells: a request's letter; ▸ its prefill; . an idle slot"]
+        for run in self.runs:
+            lines.append(f"\n{run['policy']} batching: {run['tokens']:,} tokens in {run['ms']:,.1f} ms = "
+                         f"{run['tokens_per_second']:,.1f} tokens/s; mean latency {run['mean_latency_ms']:,.1f} ms, "
+                         f"mean time to first token {run['mean_ttft_ms']:,.1f} ms; {run['idle']:.0%} of slot-steps idle")
+            for slot in range(run["max_batch"]):
+                row = [c and self.requests[c[0]]["label"] + MARK[c[1]] for c in (step[slot] for step in run["cells"])]
+                lines.append(f"slot {slot}: " + " ".join(c or "." for c in row))
+        rows = [[q["label"], q["prompt"], q["answer"]] + [f"{run['served'][k][f]:,.1f}" for run in self.runs
+                                                          for f in ("ttft_ms", "latency_ms")]
+                for k, q in enumerate(self.requests)]
+        heads = ["request", "prompt", "answer"] + [f"{run['policy']} {f}" for run in self.runs for f in ("TTFT ms", "latency ms")]
+        return "\n".join(lines + ["", text_table(heads, rows)])

@@ -1,0 +1,123 @@
+"""The serving timeline, built from live runs on tiny: what it sends is what the scheduler did, and in a real
+browser (Chromium, the view's module on a bare page: no JupyterLab needed) its cells, hovers and linked
+highlights say so; without runs, or with data it cannot draw, it says that in place."""
+
+import pytest
+
+from kvlib import KVLibError, serving
+from kvlib.longcontext import one_thread
+from kvlib.views import ServingTimeline
+from kvlib.views.base import MAX_STATE_BYTES
+
+
+@pytest.fixture(scope="module")
+def runs(tiny):
+    with one_thread():  # see test_serving.single_thread
+        return serving.side_by_side(tiny, serving.request_stream(tiny, 8, seed=1), max_batch=3, repeats=1)
+
+
+def test_the_timeline_sends_what_each_run_did(runs):
+    view = ServingTimeline.of(runs)
+    stream = [s.request for s in runs["static"].served]
+    assert view.requests == [{"label": r.label, "prompt": len(r.prompt_ids), "answer": r.max_new_tokens} for r in stream]
+    assert [r["policy"] for r in view.runs] == ["static", "continuous"]
+    for sent, run in zip(view.runs, runs.values()):
+        cells = [c for step in sent["cells"] for c in step]
+        for i, r in enumerate(stream):  # one cell a step for each token of its answer, the first its prefill
+            mine = [c[1] for c in cells if c and c[0] == i]
+            assert mine == ["prefill"] + ["decode"] * (r.max_new_tokens - 1)
+        assert cells.count(None) == round(run.idle * len(cells)) and len(sent["cells"]) == len(run.steps)
+        assert sent["blocks"] == [step.blocks for step in run.steps] and max(sent["blocks"]) <= sent["n_blocks"]
+        assert sent["tokens"] == sum(r.max_new_tokens for r in stream)
+        assert [s["latency_ms"] for s in sent["served"]] == [round(s.latency * 1e3, 2) for s in run.served]
+        assert sent["blocks_allocated"] == sent["blocks_freed"] > 0
+    assert view.state_bytes() < MAX_STATE_BYTES and view.check_size() is view
+    text = view.summary()
+    assert "slot 0: A▸ A" in text and "static batching" in text and "continuous batching" in text
+    assert f"{runs['static'].tokens_per_second:,.1f} tokens/s" in text
+
+
+def test_an_empty_timeline_says_how_to_fill_it_and_mixed_streams_are_refused(tiny, runs):
+    empty = ServingTimeline.of([])
+    assert empty.runs == [] and "side_by_side" in empty.summary()
+    with one_thread():
+        other = serving.serve(tiny, serving.request_stream(tiny, 8, seed=2), max_batch=3)
+    with pytest.raises(KVLibError, match="different requests"):
+        ServingTimeline.of([runs["static"], other])
+
+
+# --- in a real browser ---
+
+def standalone(browser, view):
+    """A bare page with the view rendered as anywidget would, from its module, its style and its state; -> (page,
+    console errors). The view talks to no kernel, so a stub model holding the state is all it needs."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.set_content("<html><body><div id='view'></div></body></html>")
+    state = {k: v for k, v in view.get_state().items() if k not in ("_esm", "_css")}
+    page.evaluate("""async ([esm, css, state]) => {
+        const style = document.createElement("style");
+        style.textContent = css;
+        document.head.append(style);
+        const mod = await import(URL.createObjectURL(new Blob([esm], { type: "text/javascript" })));
+        mod.default.render({ model: { get: (k) => state[k], on() {}, off() {} }, el: document.getElementById("view") });
+    }""", [view._esm, view._css, state])
+    return page, errors
+
+
+@pytest.mark.slow
+def test_the_timeline_in_a_browser(runs):
+    from browser import chromium, shot, tip
+
+    static, cont = runs["static"], runs["continuous"]
+    stream = [s.request for s in static.served]
+    with chromium() as browser:
+        page, errors = standalone(browser, ServingTimeline.of(runs))
+        shot(page, "timeline")
+        for run in (static, cont):
+            grid = page.locator(f".kv-sv-run[data-policy='{run.policy}']")
+            for kind in ("prefill", "decode", "idle"):  # every slot of every step drawn, its kind told apart
+                n = sum(1 for step in run.steps for c in step.cells if (c[1] if c else "idle") == kind)
+                assert grid.locator(f"td.kv-sv-cell[data-kind='{kind}']").count() == n
+            by_place = sorted(run.served, key=lambda x: (x.slot, x.first))  # the page's order: slot by slot, step by step
+            assert grid.locator("td.kv-sv-cell[data-kind='prefill']").all_inner_texts() == \
+                   [f"▸{x.request.label}" for x in by_place]
+            assert float(grid.locator("td.kv-sv-cell").first.evaluate("e => parseFloat(getComputedStyle(e).fontSize)")) >= 14
+
+        i = next(i for i, r in enumerate(stream) if r.max_new_tokens >= 3)  # a request with decode steps
+        s = cont.served[i]
+        k = s.first[0] + 2
+        cell = page.locator(f".kv-sv-run[data-policy='continuous'] td[data-slot='{s.slot}'][data-step='{k}']")
+        assert cell.inner_text() == stream[i].label
+        assert tip(page, cell).splitlines() == [
+            f"request {stream[i].label} · continuous · step {k} · slot {s.slot}",
+            f"decode: token 3 of {stream[i].max_new_tokens}",
+            f"prompt {len(stream[i].prompt_ids)} tokens · answer {stream[i].max_new_tokens} tokens",
+            f"time to first token {s.ttft * 1e3:.1f} ms · latency {s.latency * 1e3:.1f} ms (from its arrival, at 0)"]
+        # the hovered request lights up wherever it is, in both runs: one cell per token of its answer in each
+        assert page.locator("td.kv-sv-cell.kv-linked").count() == 2 * stream[i].max_new_tokens
+        assert set(page.locator("td.kv-sv-cell.kv-linked").evaluate_all("cs => cs.map(c => c.dataset.request)")) == {str(i)}
+
+        k, slot = next((k, j) for k, step in enumerate(static.steps) for j, c in enumerate(step.cells) if c is None)
+        waiting = sum(1 for x in static.served if x.first[0] > k)
+        idle = page.locator(f".kv-sv-run[data-policy='static'] td[data-slot='{slot}'][data-step='{k}']")
+        assert tip(page, idle).splitlines() == [
+            f"static · step {k} · slot {slot}: idle", f"{waiting} request{'' if waiting == 1 else 's'} still waiting to start",
+            "static batching: the slot waits until its batch's last request is done"]
+        blocks = page.locator(f".kv-sv-run[data-policy='static'] td.kv-sv-blocks[data-step='{k}']")
+        assert tip(page, blocks).startswith(f"static · after step {k}: {static.steps[k].blocks} of {static.n_blocks} "
+                                            f"blocks in use")
+        ratio = page.locator(".kv-sv-ratio").inner_text()
+        assert f"tokens/s {cont.tokens_per_second / static.tokens_per_second:.2f}×" in ratio
+        assert f"steps {len(cont.steps)} against {len(static.steps)}" in ratio
+        assert not errors, errors
+
+        page, errors = standalone(browser, ServingTimeline.of([]))
+        assert "No runs to show yet" in page.locator(".kv-empty").inner_text()
+        broken = ServingTimeline.of(runs)
+        broken.runs = [{"policy": "static"}]  # no cells: the view says so where it would draw, and nothing throws
+        page, errors = standalone(browser, broken)
+        assert page.locator(".kv-error").inner_text().startswith("This view could not draw its data:")
+        assert not errors, errors
