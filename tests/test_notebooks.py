@@ -19,7 +19,9 @@ times (that took CI a quarter of an hour), and each set-up is proven once:
 3. Without SmolLM2 the `%%needs smollm2` cells print how to get it instead of running (test_magics.py
    runs that in a kernel), so the notebook is the browser's run minus those cells. It runs if no other
    cell reads a name only they bind, loads SmolLM2 or checks an exercise computed on it: read from
-   the cells' syntax (test_notebook_runs_without_smollm2), no third execution.
+   the cells' syntax (test_notebook_runs_without_smollm2), no third execution. The same reading covers
+   every `%%needs` cell, so a notebook also runs without llama.cpp's server (`%%needs engine`), which a
+   learner may go without too; CI builds it, so both runs above run those cells.
 """
 
 import ast
@@ -134,6 +136,7 @@ def test_notebook_runs_on_smollm2(path, tmp_path, monkeypatch):
 
 
 NEEDS = "%%needs smollm2"
+ANY_NEEDS = "%%needs "  # %%needs smollm2, %%needs engine, %%needs smollm2 engine: each may be skipped
 
 
 def python(source):
@@ -176,12 +179,16 @@ def without_smollm2(sources):
     how to get it: a later cell reading a name only those cells bind, loading SmolLM2, checking an exercise on it."""
     plain, only_needed, problems = set(dir(builtins)), set(), []  # names bound by cells that always run; by the others
     for source in sources:
-        if source.startswith(NEEDS):
-            only_needed |= binds(python(source.partition("\n")[2])) - plain
+        if source.startswith(ANY_NEEDS):
+            first, _, body = source.partition("\n")
+            tree = python(body)
+            if "smollm2" not in first.split():  # skipped only without what it names, so it needs SmolLM2 named too
+                problems += [f"{use} without `{NEEDS}`: {source[:200]}" for use in smollm2_uses(tree)]
+            only_needed |= binds(tree) - plain
             continue
         tree = python(source)
         read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - binds(tree)
-        problems += [f"reads {name!r}, bound only in `{NEEDS}` cells: {source[:200]}" for name in sorted(read & only_needed)]
+        problems += [f"reads {name!r}, bound only in `%%needs` cells: {source[:200]}" for name in sorted(read & only_needed)]
         problems += [f"{use} without `{NEEDS}`: {source[:200]}" for use in smollm2_uses(tree)]
         plain |= binds(tree)
         only_needed -= binds(tree)
@@ -198,7 +205,7 @@ def test_notebook_runs_without_smollm2(path):
 def test_the_reading_finds_what_would_fail_without_smollm2():
     """The reading fails where a run without SmolLM2 would, and passes a cell that rebinds the name first."""
     needs = f"{NEEDS}\nsmol = kvlib.load_model('smollm2')\nfrom kvlib import leak as lk"
-    assert without_smollm2([needs, "print(smol.name)"]) == [f"reads 'smol', bound only in `{NEEDS}` cells: print(smol.name)"]
+    assert without_smollm2([needs, "print(smol.name)"]) == ["reads 'smol', bound only in `%%needs` cells: print(smol.name)"]
     assert len(without_smollm2([needs, "lk.run()"])) == 1  # an import is a binding too
     assert without_smollm2([needs, "smol = model", "print(smol.name)"]) == []
     assert without_smollm2([needs, "smol = model\nprint(smol.name)", "print([smol for smol in 'ab'])"]) == []
@@ -206,5 +213,11 @@ def test_the_reading_finds_what_would_fail_without_smollm2():
         [f"kvlib.load_model('smollm2') without `{NEEDS}`: smol = kvlib.load_model('smollm2')"]
     assert without_smollm2(['exercises.check("03.king_queen_or_table", "a", smol)']) == \
         [f'exercise 03.king_queen_or_table without `{NEEDS}`: exercises.check("03.king_queen_or_table", "a", smol)']
+    engine = "%%needs engine\nserver = kvlib.engine.Engine().start()"  # skipped without llama.cpp's server
+    assert without_smollm2([engine, "server.stop()"]) == ["reads 'server', bound only in `%%needs` cells: server.stop()"]
+    assert without_smollm2([f"{NEEDS} engine\nserver = kvlib.engine.Engine().start()", "server.stop()"]) != []
+    assert without_smollm2(["%%needs engine\nsmol = kvlib.load_model('smollm2')"]) == \
+        [f"kvlib.load_model('smollm2') without `{NEEDS}`: %%needs engine\nsmol = kvlib.load_model('smollm2')"]
+    assert without_smollm2([f"{NEEDS} engine\nsmol = kvlib.load_model('smollm2')"]) == []
     assert without_smollm2([f'{NEEDS}\nexercises.check("03.king_queen_or_table", "a", smol)',
                             'exercises.check("03.table_numbers", 1, model)']) == []
