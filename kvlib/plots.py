@@ -427,6 +427,33 @@ def loss_by_position(curves, title, smooth=16):
     return fig
 
 
+def throughput_by_batch(batches, tokens_per_second, title):
+    """Total tokens/s against batch size, one line per series ({label: [tokens/s per batch]}), on log axes,
+    with the line "b times batch 1" dotted beside each: where a series follows it, b users cost what one did."""
+    for label, tps in tokens_per_second.items():
+        if len(tps) != len(batches):
+            raise ValueError(f"{label!r}: {len(tps)} rates for {len(batches)} batch sizes: pass one rate per batch size")
+    fig = Figure(figsize=(7, 3.8))
+    ax = fig.add_subplot()
+    b = np.asarray(batches, dtype=float)
+    for i, (label, tps) in enumerate(tokens_per_second.items()):
+        colour = FAMILY_COLOURS[i % len(FAMILY_COLOURS)]
+        ax.plot(b, tps, marker=MARKERS[i % len(MARKERS)], color=colour, lw=2, label=label)
+        ax.plot(b, tps[0] * b / b[0], ":", color=colour, lw=1.2)
+        ax.annotate(f"{tps[-1] / tps[0]:.1f}x", (b[-1], tps[-1]), xytext=(6, 0), textcoords="offset points",
+                    va="center", fontsize=10, color=colour)
+    ax.plot([], [], ":", color="#555555", label="dotted: b x batch 1 (free batching)")
+    ax.set_xscale("log", base=2), ax.set_yscale("log")
+    ax.set_xticks(b, [str(int(x)) for x in b])
+    ax.set_xlabel("batch size b (sequences decoded together)", fontsize=11)
+    ax.set_ylabel("tokens per second, all sequences", fontsize=11)
+    ax.set_title(title, fontsize=11)
+    ax.legend(fontsize=9, loc="upper left")
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig
+
+
 # --- the benchmark suite's figures (kvlib.bench writes them), from its result dict ------------------
 
 def _bench_axes(n):

@@ -1,5 +1,7 @@
 """plots.py's computed parts: what a figure states, checked against numbers worked out by hand."""
 
+import pytest
+
 from kvlib import plots
 
 
@@ -10,3 +12,17 @@ def test_step_trend_is_theil_sen_one_slow_point_does_not_tilt_it():
     fig = plots.step_seconds_by_context(lengths, ms, "t")
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert "trend: 1.00 ms + 2.00 ms per 1,000 cached tokens" in labels
+
+
+def test_throughput_by_batch_draws_each_series_beside_b_times_its_batch_1():
+    fig = plots.throughput_by_batch([1, 8, 32], {"whole steps": [10, 50, 120], "bare matmuls": [40, 300, 1000]}, "t")
+    ax = fig.axes[0]
+    lines = {tuple(line.get_ydata()) for line in ax.get_lines()}
+    assert {(10, 50, 120), (40, 300, 1000), (10, 80, 320), (40, 320, 1280)} <= lines  # measured, and b x batch 1
+    assert {t.get_text() for t in ax.texts} == {"12.0x", "25.0x"}  # the largest batch over batch 1
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "8", "32"]
+
+
+def test_throughput_by_batch_wants_one_rate_per_batch():
+    with pytest.raises(ValueError, match="2 rates for 3 batch sizes"):
+        plots.throughput_by_batch([1, 8, 32], {"whole steps": [10, 50]}, "t")
