@@ -114,6 +114,11 @@ EXPECTED = {
     # attention 2 x 12 x 768 x (n + 1) > weights + logits = 123,532,032 from n = 6,702 cached tokens
     "07.attention_overtakes": 6702,
     "07.mla_cut": 82.2,  # 1 - (512 + 64) x 60 / (2 x 8 x 128 x 95) = 82.2 %
+    # (80e9 - 8e9 x 2 bytes of weights) // (2 x 32 x 8 x 128 x 2 bytes x 131,072 tokens = 17,179,869,184) = 3
+    "08.users_at_128k": 3,
+    "08.static_idle": 4 * 10 - (2 + 3 + 5 + 10),  # 10 steps x 4 slots, minus one token per occupied slot-step
+    # the system prompt's ceil(100 / 16) = 7 blocks, then per user ceil(120 / 16) = 8 minus the 6 full shared ones
+    "08.shared_blocks": 7 + 4 * (8 - 6),
 }
 
 

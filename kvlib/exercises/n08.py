@@ -1,0 +1,46 @@
+"""Notebook 8's exercises: answers computed live, from the catalogue of real models, by serving requests
+through kvlib's scheduler on the model the notebook passes, and by the block count of a shared prefix."""
+
+from . import exercise
+from .. import memory, serving
+from ..measure import random_ids
+
+
+@exercise("08.users_at_128k",
+          hint="The GPU's 80 GB minus the 16 GB of weights is what the caches share; one sequence of 131,072 "
+               "tokens takes 2 x 32 layers x 8 KV heads x 128 numbers x 2 bytes per token. Round down.",
+          explain="{answer} users: 64 GB left over, and each 131,072-token cache takes 17.2 GB. At 8,192 tokens "
+                  "the same GPU holds 59: long contexts, not the weights, decide how many people a GPU serves.")
+def users_at_128k(model):
+    """Llama-3-8B in bf16 (16 GB of weights) on an 80 GB GPU: how many sequences of 131,072 tokens can it
+    decode together, their KV caches filling the memory the weights leave?"""
+    llama = memory.CATALOGUE["Llama-3-8B"]
+    left = memory.GPUS["NVIDIA H100"] - memory.all_weight_bytes(llama)
+    return int(left // memory.kv_bytes(llama, 131072))
+
+
+@exercise("08.static_idle",
+          hint="Every occupied slot makes one token a step (the prefill makes the first), and a static batch "
+               "runs until its longest answer is done. Count 4 slots x the steps, minus the tokens made.",
+          explain="{answer} slot-steps idle: the batch runs 10 steps, so 4 slots offer 40, and the answers use "
+                  "2 + 3 + 5 + 10 = 20 of them. Continuous batching would give each freed slot to a waiting "
+                  "request at the next step.")
+def static_idle(model):
+    """One static batch of 4 slots serves 4 requests whose answers are 2, 3, 5 and 10 tokens long. Each step,
+    every request still running makes one token. How many slot-steps sit idle until the batch is done?"""
+    requests = [serving.Request(serving.label(i), random_ids(model, 4, seed=80 + i), n)
+                for i, n in enumerate((2, 3, 5, 10))]
+    run = serving.serve(model, requests, "static", max_batch=4)
+    return sum(cell is None for step in run.steps for cell in step.cells)
+
+
+@exercise("08.shared_blocks",
+          hint="Blocks of 16. The system prompt keeps its own 7 blocks (100 tokens), 6 of them full and read by "
+               "everyone; each user needs blocks for their whole 120 tokens, minus those 6 shared ones.",
+          explain="{answer} blocks: the system prompt's 7, plus for each user ceil(120 / 16) = 8 minus the 6 full "
+                  "shared ones, so 2 (the partly filled 7th block is copied before a user writes into it). "
+                  "Without sharing, 4 x 8 = 32.")
+def shared_blocks(model):
+    """Blocks of 16 tokens. A system prompt of 100 tokens is prefilled once; 4 users each add 20 tokens of their
+    own after it, sharing its blocks. How many blocks are in use, the system prompt's own included?"""
+    return serving.shared_blocks(100, [120] * 4, block_size=16)
