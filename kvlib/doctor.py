@@ -3,7 +3,7 @@
 Run it on every learner's laptop (or the room's machines) the day before: it reports, with
 a fix for each failure, the Python and package versions, the models on disk, the device,
 whether ipywidgets will render in JupyterLab, and a five-second speed figure. Optional
-things (real GPT-2, a GPU, speed) are reported but never fail the check.
+things (real GPT-2, llama.cpp's server, a GPU, speed) are reported but never fail the check.
 """
 
 import importlib.metadata
@@ -76,6 +76,22 @@ def bundled_model():
     return Finding("model tiny (bundled)", True, repr(model)), model
 
 
+def llama_server():
+    """llama.cpp's server, for notebook 8's engine cells: optional, the rest of the course runs without it."""
+    from . import engine
+
+    what = "llama.cpp server (notebook 8)"
+    try:
+        binary = engine.server_binary()
+    except models.KVLibError:
+        return Finding(what, False, "not installed (optional: notebook 8's engine cells say how)",
+                       "run `make engine` (or `python setup_kvlib.py engine`): a one-time build of minutes", False)
+    if not models.gguf_path().exists():
+        return Finding(what, False, f"{binary}, but SmolLM2's GGUF is not at {models.gguf_path()}",
+                       "with internet, run `python -m kvlib download smollm2 --gguf`", False)
+    return Finding(what, True, f"{binary}, serving {models.gguf_path()}", required=False)
+
+
 def device():
     chosen = models.pick_device()
     note = "" if chosen.type != "cpu" else " (no GPU: every notebook runs on the CPU, the slow cells warn)"
@@ -105,7 +121,7 @@ def run(seconds=5.0):
     found, model = bundled_model()
     findings += [found, model_on_disk("smollm2", True, "the real pretrained model the lessons use"),
                  model_on_disk("gpt2", False, "optional: OpenAI's GPT-2 replaces tiny as the default"),
-                 device(), speed(model, seconds)]
+                 llama_server(), device(), speed(model, seconds)]
     return findings
 
 

@@ -197,8 +197,13 @@ def test_only_the_command_line_imports_bench():
 def test_only_download_uses_the_network():
     assert "download" in modules()
     wrong = {name: sorted(imports(name)[1] & NETWORK) for name in modules()
-             if imports(name)[1] & NETWORK and name not in ("download", "train_tiny")}
-    assert not wrong, f"modules that can reach the network: {wrong}; only download.py (and train_tiny.py) may"
+             if imports(name)[1] & NETWORK and name not in ("download", "train_tiny", "engine", "endpoint")}
+    assert not wrong, (f"modules that can reach the network: {wrong}; only download.py (and train_tiny.py) may, "
+                       f"besides engine.py (a server on 127.0.0.1) and endpoint.py (the URL a user names)")
+    # "engine.py starts llama.cpp's server listening on 127.0.0.1 only"
+    hosts = [node.value.value for node in ast.walk(parsed("engine")) if isinstance(node, ast.Assign)
+             and [getattr(t, "id", None) for t in node.targets] == ["HOST"]]
+    assert hosts == ["127.0.0.1"], f"engine.py's HOST is {hosts}, not 127.0.0.1 alone"
     fetchers = sorted(name for name in modules() if imports(name)[1] & FETCHES)
     assert set(fetchers) <= {"download"}, f"hub downloads outside download.py: {fetchers}"
     online = []
