@@ -1,4 +1,5 @@
-# `make lab` opens the tutorial, `make test` runs every test (CI), `make check` the fast ones (the inner loop).
+# `make lab` opens the tutorial, `make test` runs every test (CI), `make check` the fast ones (the inner loop),
+# `make engine` builds llama.cpp's server for notebook 8 (make test does it first).
 # Each creates the environment in .venv first if it is not there yet.
 # setup_kvlib.py makes the environment here
 VENV   := .venv
@@ -13,12 +14,12 @@ ROOT_FLAG   := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # the browser tests drive Debian's Chromium with Playwright
 CHROMIUM    := /usr/bin/chromium
 
-.PHONY: lab test check bench install models clean
+.PHONY: lab test check bench install models engine clean
 
 lab: $(STAMP) models
 	$(VENV)/bin/jupyter lab notebooks $(ROOT_FLAG)
 
-test: $(STAMP) models $(CHROMIUM)
+test: $(STAMP) models $(CHROMIUM) engine
 	$(PY) -m pytest -q --durations=10 tests
 
 # every test but those marked slow (the notebooks run by nbclient and in the browser): seconds, not minutes
@@ -39,6 +40,12 @@ $(STAMP): pyproject.toml etc/jupyterlab-overrides.json setup_kvlib.py
 # notebooks run on the bundled tiny model.
 models: $(STAMP)
 	python3 setup_kvlib.py models
+
+# llama.cpp's server for notebook 8's engine cells and tests/test_engine.py, with SmolLM2's GGUF: built from
+# source once (about 12 minutes on 2 cores; needs a C++ compiler and make, installed with apt when run as root),
+# kept in ~/.cache/kvlib/wheels, then a few seconds; the lessons without it run as before
+engine: $(STAMP)
+	python3 setup_kvlib.py engine
 
 $(CHROMIUM):
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

