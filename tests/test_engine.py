@@ -15,7 +15,7 @@ import pytest
 from kvlib import compression, doctor, engine
 from kvlib.endpoint import Endpoint, connect
 from kvlib.engine import Engine
-from kvlib.engine_cache import change_first, parallel_slots, seed_experiment, tokenizers_agree
+from kvlib.engine_cache import change_first, parallel_slots, repeat, seed_experiment, tokenizers_agree
 from kvlib.errors import KVLibError
 from kvlib.prompt_cache import PromptCache
 
@@ -228,6 +228,10 @@ def test_the_client_reads_cached_tokens_where_the_endpoint_reports_them(openai_s
     assert (reply.text, reply.cached_tokens, reply.prompt_tokens, reply.timings) == ("Hello, world", 1024, 1200, {})
     path, key, body = OpenAIStyle.seen[-1]
     assert (path, key, body["model"], body["stream"]) == ("/v1/completions", "Bearer sk-test", "some-model", True)
+    replies = repeat(connect(), "a long prompt", times=2, chat=True)  # notebook 8's cell for any endpoint
+    assert [r.cached_tokens for r in replies] == [1024, 1024]
+    assert [(path, body["messages"]) for path, _, body in OpenAIStyle.seen[-2:]] == [
+        ("/v1/chat/completions", [{"role": "user", "content": "a long prompt"}])] * 2
     monkeypatch.setenv("KVLIB_ENDPOINT_KEY", "wrong")
     with pytest.raises(KVLibError, match="refused the request .401.: set KVLIB_ENDPOINT_KEY"):
         connect().complete("a long prompt")
