@@ -17,7 +17,7 @@ CHROMIUM    := /usr/bin/chromium
 .PHONY: lab test check bench install models engine clean
 
 lab: $(STAMP) models
-	$(VENV)/bin/jupyter lab notebooks $(ROOT_FLAG)
+	python3 setup_kvlib.py lab
 
 test: $(STAMP) models $(CHROMIUM) engine
 	$(PY) -m pytest -q --durations=10 tests

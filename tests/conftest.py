@@ -7,6 +7,10 @@ import tempfile
 # (which reads these once), so no test depends on what this machine's ~/.cache/huggingface holds, none writes
 # there, and the hub (unreachable here) is never asked. Subprocesses inherit it. kvlib's own home
 # (~/.cache/kvlib, where SmolLM2 is converted) stays: tests that need it name the smollm2 fixture.
+# Torch's OpenMP threads sleep when they wait instead of spinning: the suite runs a Jupyter server, Chromium and
+# kernels beside each other on 2 cores, and spinning threads there took a 200-token SmolLM2 prefill from 0.4 s to
+# 8-12 s (measured on this machine with one other busy process). Kernels and servers started by tests inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 HF_HOME = tempfile.mkdtemp(prefix="kvlib-tests-hf-")
 os.environ.update(HF_HOME=HF_HOME, HF_HUB_CACHE=os.path.join(HF_HOME, "hub"), HF_HUB_OFFLINE="1")
 atexit.register(shutil.rmtree, HF_HOME, ignore_errors=True)
