@@ -444,6 +444,7 @@ def throughput_by_batch(batches, tokens_per_second, title):
                     va="center", fontsize=10, color=colour)
     ax.plot([], [], ":", color="#555555", label="dotted: b x batch 1 (free batching)")
     ax.set_xscale("log", base=2), ax.set_yscale("log")
+    ax.set_xlim(b[0] / 1.3, b[-1] * 1.8)  # room for the gains written after the last points
     ax.set_xticks(b, [str(int(x)) for x in b])
     ax.set_xlabel("batch size b (sequences decoded together)", fontsize=11)
     ax.set_ylabel("tokens per second, all sequences", fontsize=11)
