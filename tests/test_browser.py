@@ -673,3 +673,49 @@ def test_07_long_context_memory(browser, lab):
     assert shown() == (262144, 1, memory.kv_bytes(memory.CATALOGUE["Gemma-2-9B"], 262144)) != before
     shot(page, "07-calculator")
     screenshots(page, "07")
+
+
+def test_08_serving(browser, lab, model):
+    """The timeline draws the kernel's schedule: each cell's request and kind are those the scheduler gives the same
+    seeded stream on the same model (who runs when depends on the seed, never on the clock); a hover names the
+    request and lights its cells in both runs, without asking the kernel. The engine's cells ran (make test builds
+    it) and set its count of reused tokens beside kvlib's. An exercise typed right, then wrong."""
+    from kvlib import serving
+
+    page, errors = open_and_run(browser, lab, "08_serving.ipynb", timeout_s=500)
+    check_clean(page, errors, "08")
+    check_saved(page, "08_serving.ipynb")
+    stream = serving.request_stream(model, 16, seed=0)
+    view = page.locator(".kv-view").filter(has=page.locator(".kv-sv-run")).first
+    view.scroll_into_view_if_needed()
+    runs = {policy: serving.serve(model, stream, policy, max_batch=4) for policy in serving.POLICIES}
+    for policy, run in runs.items():
+        grid = view.locator(f".kv-sv-run[data-policy='{policy}']")
+        shown = grid.locator("td.kv-sv-cell").evaluate_all(
+            "cs => cs.map(c => [+c.dataset.step, +c.dataset.slot, c.dataset.kind, "
+            "c.dataset.request === undefined ? null : +c.dataset.request])")
+        expected = [[k, slot, c[1] if c else "idle", c[0] if c else None]
+                    for k, step in enumerate(run.steps) for slot, c in enumerate(step.cells)]
+        assert sorted(shown) == sorted(expected), policy
+        assert f"{len(run.steps)} steps" in grid.locator(".kv-sv-figures").inner_text(), policy
+        assert f"{run.blocks_allocated} allocated, {run.blocks_freed} freed" in grid.inner_text(), policy
+    assert len(runs["continuous"].steps) < len(runs["static"].steps)
+
+    i = max(range(len(stream)), key=lambda j: stream[j].max_new_tokens)  # the longest answer: many cells to light
+    s = runs["continuous"].served[i]
+    cell = view.locator(f".kv-sv-run[data-policy='continuous'] td[data-request='{i}'][data-kind='decode']").first
+    step, slot = cell.get_attribute("data-step"), cell.get_attribute("data-slot")
+    text = {}
+    assert no_kernel_request(page, lambda: text.update(tip=tip(page, cell))) == 0
+    assert f"request {stream[i].label} · continuous · step {step} · slot {slot}" in text["tip"], text
+    assert f"answer {stream[i].max_new_tokens} tokens" in text["tip"] and int(slot) == s.slot, text
+    assert view.locator(".kv-sv-cell.kv-linked").count() == 2 * stream[i].max_new_tokens  # its cells, in both runs
+    shot(view, "08-timeline")
+
+    # the engine's cells ran: its reused count beside kvlib's, for the 1,000-token prompt sent again
+    out = page.locator(".jp-CodeCell").filter(has_text="exp.rows").locator(".jp-OutputArea").inner_text()
+    assert "skipped" not in out and "llama-server reused 999 of the 1,000 tokens" in out and "kvlib read 992" in out, out
+    slots = page.locator(".jp-CodeCell").filter(has_text="parallel_slots").locator(".jp-OutputArea").inner_text()
+    assert "skipped" not in slots and "in the other's slot, only the 500 tokens both share" in slots, slots
+    check_typed_exercise(page, errors, "08.shared_blocks", 15, 32)
+    screenshots(page, "08")
