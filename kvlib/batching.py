@@ -16,7 +16,7 @@ import torch
 
 from .errors import KVLibError
 from .generate import Generation, check_sampling, sample
-from .paged_cache import PagedKVCache
+from .paged_cache import PagedKVCache, blocks_for
 
 
 @torch.no_grad()
@@ -30,14 +30,14 @@ def forward_rows(model, cache, rows):  # rows [(sequence id, [ids])] -> logits [
             raise KVLibError(f"sequence {seq_id} would hold {cache.sequences[seq_id].length + len(ids)} tokens, "
                              f"past {model.name}'s context of {model.config.n_ctx}: release it and start anew")
     ids = torch.tensor([i for _, seq_ids in rows for i in seq_ids], device=model.device)  # [T]
-    if len(rows) == 1:  # one sequence (a prefill): only its last row goes through the output head
+    if len(rows) == 1:  # one sequence (a prefill, or a batch of one): only its last row needs the output head
         return model.family.forward(ids, model.params, model.config, cache, last_only=True)
     last = torch.tensor([len(seq_ids) for _, seq_ids in rows], device=model.device).cumsum(0) - 1  # [len(rows)]
     return model.family.forward(ids, model.params, model.config, cache)[last]
 
 
 def pool_blocks(lengths, block_size):  # the blocks that hold sequences of these lengths, none shared
-    return sum(-(-n // block_size) for n in lengths)
+    return sum(blocks_for(n, block_size) for n in lengths)
 
 
 def generate_batch(model, prompts, max_new_tokens=20, temperature=0.0, top_k=None, top_p=None, seed=None,

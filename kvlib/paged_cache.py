@@ -27,6 +27,10 @@ from .errors import KVLibError
 from .kv_cache import causal_mask
 
 
+def blocks_for(n_tokens, block_size):  # whole blocks that hold n tokens: only the last may be partly empty
+    return -(-n_tokens // block_size)
+
+
 class BlockAllocator:
     """n_blocks blocks handed out and taken back, with a count of holders per block: a block goes
     back to the free list only when its last holder lets go (vLLM's block manager counts the same).
@@ -128,9 +132,6 @@ class PagedKVCache:
         for block in self.sequences.pop(seq_id).blocks:
             self.allocator.release(block)
 
-    def __len__(self):  # tokens held by all sequences (a shared token once per sequence that reads it)
-        return sum(seq.length for seq in self.sequences.values())
-
     def schedule(self, rows):  # [(sequence id, new tokens)]: what the next forward call's rows are
         for seq_id, n in rows:
             if seq_id not in self.sequences or n < 1:
@@ -183,9 +184,6 @@ class PagedKVCache:
 
     def keys(self, layer, seq_id):  # [nkv, length, hs]: one sequence's keys at one layer, gathered through its table
         return self.layers[layer].k[:, self.token_slots(seq_id, self.layers[layer].k.device)]
-
-    def values(self, layer, seq_id):  # [nkv, length, hs]
-        return self.layers[layer].v[:, self.token_slots(seq_id, self.layers[layer].v.device)]
 
     def __repr__(self):
         return (f"PagedKVCache({len(self.sequences)} sequences, {self.allocator.in_use} of {self.n_blocks} blocks "

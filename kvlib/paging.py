@@ -19,6 +19,7 @@ and an answer of n tokens lives n + 1 steps, holding p, p + 1, ..., p + n tokens
 import random
 
 from .models import KVLibError
+from .paged_cache import blocks_for
 
 
 def request_lengths(n, seed=0, max_len=2048, scale=1.0):
@@ -60,7 +61,7 @@ def simulate(lengths, block_size=16, reserve=None):
         for held in range(p, p + o + 1):  # one decoding step after another
             used += held
             contiguous += reserve
-            paged += -(-held // block_size) * block_size  # whole blocks: only the last is partly empty
+            paged += blocks_for(held, block_size) * block_size  # whole blocks: only the last is partly empty
     return {name: {"allocated": allocated, "used": used, "waste": 1 - used / allocated}
             for name, allocated in (("contiguous", contiguous), ("paged", paged))}
 
@@ -68,7 +69,7 @@ def simulate(lengths, block_size=16, reserve=None):
 def block_table(n_tokens, free, block_size=16):
     """The block table of a sequence of n_tokens: which physical blocks it takes, in order,
     popped from the `free` list (any blocks, anywhere: they need not be contiguous)."""
-    need = -(-n_tokens // block_size)
+    need = blocks_for(n_tokens, block_size)
     if need > len(free):
         raise KVLibError(f"{n_tokens} tokens need {need} blocks of {block_size}, but only {len(free)} are free")
     return [free.pop(0) for _ in range(need)]

@@ -45,7 +45,7 @@ from .generate import sample
 from .longcontext import one_thread
 from .measure import random_ids
 from .memory import model_kv_bytes_per_token
-from .paged_cache import PagedKVCache
+from .paged_cache import PagedKVCache, blocks_for
 from .paging import request_lengths
 
 POLICIES = ("static", "continuous")
@@ -151,7 +151,7 @@ def request_stream(model, n, seed=0, scale=0.1, max_len=None):
 
 
 def blocks_needed(request, block_size):  # blocks it holds at its end: the last token picked is never fed
-    return -(-(len(request.prompt_ids) + request.max_new_tokens - 1) // block_size)
+    return blocks_for(len(request.prompt_ids) + request.max_new_tokens - 1, block_size)
 
 
 def new_run(model, requests, policy="continuous", max_batch=4, block_size=16, n_blocks=None):
@@ -281,10 +281,10 @@ def side_by_side(model, requests, max_batch=4, block_size=16, n_blocks=None, rep
 def shared_blocks(system_tokens, held, block_size, share=True):
     """Blocks in use when users hold `held` tokens each, all starting with the same system prompt of
     system_tokens: the module's formula (with sharing, the system prompt's own sequence is kept)."""
-    own = sum(-(-h // block_size) for h in held)
+    own = sum(blocks_for(h, block_size) for h in held)
     if not share:
         return own
-    return -(-system_tokens // block_size) + own - len(held) * (system_tokens // block_size)
+    return blocks_for(system_tokens, block_size) + own - len(held) * (system_tokens // block_size)
 
 
 @dataclass

@@ -56,7 +56,7 @@ def uncached_last(model, ids):
     return model.forward(ids, last_only=True)[-1]
 
 
-@pytest.mark.parametrize("fixture", ["tiny", "small_llama"])
+@pytest.mark.parametrize("fixture", ["tiny", "small_llama", "smollm2"])
 def test_cached_logits_equal_an_uncached_pass(fixture, request):
     """Eight sequences in one pool: each decode row, and a prefill packed beside decode rows, gives the
     logits a pass over that sequence's whole text gives, with no cache at all."""
