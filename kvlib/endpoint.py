@@ -6,10 +6,11 @@
     reply.ttft, reply.cached_tokens, reply.timings
 
 Any server that speaks OpenAI's API works: llama.cpp's server, vLLM (`vllm serve MODEL
---enable-prefix-caching`, plus `--enable-prompt-tokens-details` for the cached count), SGLang, or a
-provider. Say which with three environment variables: KVLIB_ENDPOINT_URL (the base URL, ending in
-/v1 as OpenAI's clients expect, e.g. http://localhost:8000/v1), KVLIB_ENDPOINT_KEY (its API key, if
-it needs one) and KVLIB_ENDPOINT_MODEL (the model's name; without it, the first the server lists).
+--enable-prefix-caching`, plus `--enable-prompt-tokens-details` for the cached count), SGLang
+(`--enable-cache-report` for the cached count), or a provider. Say which with three environment
+variables: KVLIB_ENDPOINT_URL (the base URL, ending in /v1 as OpenAI's clients expect, e.g.
+http://localhost:8000/v1), KVLIB_ENDPOINT_KEY (its API key, if it needs one) and KVLIB_ENDPOINT_MODEL
+(the model's name; without it, the first the server lists).
 
 Each request is streamed (server-sent events) and timed with the local clock: `ttft` from sending
 to the first piece of text, `seconds` to the end of the stream. The reused prompt tokens come from
@@ -30,9 +31,10 @@ from urllib.parse import urlsplit
 from .errors import KVLibError
 
 URL, KEY, MODEL = "KVLIB_ENDPOINT_URL", "KVLIB_ENDPOINT_KEY", "KVLIB_ENDPOINT_MODEL"
-HOW = (f"set {URL} to an OpenAI-compatible base URL (vLLM: `vllm serve MODEL --enable-prefix-caching` "
-       f"then http://localhost:8000/v1; SGLang: http://localhost:30000/v1; or a provider's), {KEY} to its key "
-       f"and {MODEL} to the model's name; or use kvlib's local engine: connect(kvlib.engine.Engine().start())")
+HOW = (f"set {URL} to an OpenAI-compatible base URL (vLLM: `vllm serve MODEL --enable-prefix-caching "
+       f"--enable-prompt-tokens-details` then http://localhost:8000/v1; SGLang: `--enable-cache-report` then "
+       f"http://localhost:30000/v1; or a provider's), {KEY} to its key and {MODEL} to the model's name; or use "
+       f"kvlib's local engine: connect(kvlib.engine.Engine().start())")
 
 
 @dataclass

@@ -14,7 +14,8 @@ package on disk and runs the built binary as a separate process, as a shell woul
 
 Everything is local: the server listens on 127.0.0.1 only, is told `--offline` (it never fetches a
 model), and serves the GGUF file kvlib downloaded (`python -m kvlib download smollm2 --gguf`): the
-same 4-bit SmolLM2 weights that kvlib dequantized to fp32, with the same tokenizer.
+same model in its 4-bit GGUF, with the same tokenizer (kvlib's own SmolLM2 is that GGUF dequantized to
+fp32, or the full-precision weights when the hub answered).
 
 What the server reuses, and why kvlib starts it with `--cache-ram 0`: each slot keeps the tokens
 and K/V of the last prompt it served; a new prompt reuses the longest common prefix with its slot,

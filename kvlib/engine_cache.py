@@ -9,8 +9,9 @@
         print(par.table())
     repeat(connect(), long_text, chat=True)                # the same prompt twice on any endpoint
 
-The requests send token ids, not text, so both sides count the same tokens: the GGUF the engine
-serves is the one kvlib dequantized, with the same tokenizer (`tokenizers_agree` checks).
+The requests send token ids, not text, so both sides count the same tokens: the engine serves the
+same model in its 4-bit GGUF, with the same tokenizer (`tokenizers_agree` checks); kvlib's SmolLM2 is
+that GGUF dequantized, or the full-precision weights when the hub answered.
 
 What each side reuses, and at what grain:
 - The engine: each slot keeps the tokens and K/V of the last prompt it served. A new prompt reuses
@@ -21,16 +22,17 @@ What each side reuses, and at what grain:
 - kvlib's PromptCache (automatic mode): full blocks of `block_size` tokens that end before the last
   token, so a hit is the shared prefix rounded down to a block: 992 of 1,000 tokens with blocks of 16.
 - Time to first token (`Reply.ttft`) is the client's clock from sending the request to the first
-  streamed token: the prefill plus one decode step plus HTTP. `timings.prompt_ms` is the server's
-  own prefill time.
+  streamed token: the prefill (whose last logits give that token; no decode step runs with
+  max_tokens=1) plus HTTP. `timings.prompt_ms` is the server's own prefill time.
 
 "Cold" asks the engine not to reuse anything (`cache_prompt: false`): it computes every token,
 whatever its slots hold, so a cold request is cold each time a cell runs. With `repeats` > 1 each
 kind of request is taken in turn (cold, warm, changed, cold...) and the medians reported, so a busy
 machine slows all three alike. One is the default: a cold prompt of 1,000 tokens takes seconds on a
 laptop's CPU (11 s on this project's shared 2-core machine, where kvlib's fp32 prefill takes 2.5 s:
-llama.cpp has no fast batched kernel on x86 for this GGUF's 4-bit Q4_1 blocks but AMX's), and a warm
-one tens of milliseconds, a gap no noise closes.
+on x86, llama.cpp's only fast batched kernel for this GGUF's 4-bit Q4_1 blocks is its AMX one, which
+`make engine`'s portable build leaves out: see the README), and a warm one tens of milliseconds, a gap
+no noise closes.
 """
 
 import statistics
@@ -78,10 +80,9 @@ class Row(NamedTuple):
 
 @dataclass
 class SeedExperiment:
-    """What seed_experiment measured: a Row per kind of request, with the raw replies and receipts."""
+    """What seed_experiment measured: a Row per kind of request, with the raw replies."""
     rows: list                                    # [Row] in the order of REQUESTS
     replies: dict = field(default_factory=dict)   # request -> [endpoint.Reply], one per repeat
-    receipts: dict = field(default_factory=dict)  # request -> prompt_cache.Receipt
     block_size: int = 16
 
     def row(self, request):
@@ -127,7 +128,7 @@ def seed_experiment(engine, model, ids, repeats=1, block_size=16, slot=0):
                         statistics.median(r.timings["prompt_ms"] for r in replies[request]),
                         prefills[request][-1].receipt.cached_tokens,
                         statistics.median(p.seconds for p in prefills[request])))
-    return SeedExperiment(rows, replies, {k: v[-1].receipt for k, v in prefills.items()}, block_size)
+    return SeedExperiment(rows, replies, block_size)
 
 
 ROUNDS = ("first", "again", "swapped")

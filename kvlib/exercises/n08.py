@@ -6,17 +6,26 @@ from .. import memory, serving
 from ..measure import random_ids
 
 
+LLAMA, GPU = memory.CATALOGUE["Llama-3-8B"], memory.GPUS["NVIDIA H100"]
+LEFT = GPU - memory.all_weight_bytes(LLAMA)  # bytes the weights leave for the caches
+
+
+def users_fit(context):
+    """How many sequences of `context` tokens fit beside Llama-3-8B's weights on the 80 GB GPU."""
+    return int(LEFT // memory.kv_bytes(LLAMA, context))
+
+
 @exercise("08.users_at_128k",
-          hint="The GPU's 80 GB minus the 16 GB of weights is what the caches share; one sequence of 131,072 "
-               "tokens takes 2 x 32 layers x 8 KV heads x 128 numbers x 2 bytes per token. Round down.",
-          explain="{answer} users: 64 GB left over, and each 131,072-token cache takes 17.2 GB. At 8,192 tokens "
-                  "the same GPU holds 59: long contexts, not the weights, decide how many people a GPU serves.")
+          hint=f"The GPU's {GPU / 1e9:.0f} GB minus the {memory.all_weight_bytes(LLAMA) / 1e9:.0f} GB of weights is "
+               f"what the caches share; one sequence of 131,072 tokens takes 2 x {LLAMA.n_layer} layers x "
+               f"{LLAMA.n_kv_head} KV heads x {LLAMA.head_dim} numbers x 2 bytes per token. Round down.",
+          explain=f"{{answer}} users: {LEFT / 1e9:.0f} GB left over, and each 131,072-token cache takes "
+                  f"{memory.kv_bytes(LLAMA, 131072) / 1e9:.1f} GB. At 8,192 tokens the same GPU holds "
+                  f"{users_fit(8192)}: long contexts, not the weights, decide how many people a GPU serves.")
 def users_at_128k(model):
     """Llama-3-8B in bf16 (16 GB of weights) on an 80 GB GPU: how many sequences of 131,072 tokens can it
     decode together, their KV caches filling the memory the weights leave?"""
-    llama = memory.CATALOGUE["Llama-3-8B"]
-    left = memory.GPUS["NVIDIA H100"] - memory.all_weight_bytes(llama)
-    return int(left // memory.kv_bytes(llama, 131072))
+    return users_fit(131072)
 
 
 @exercise("08.static_idle",
