@@ -715,7 +715,7 @@ def test_08_serving(browser, lab, model):
     # the engine's cells ran: its reused count beside kvlib's, for the 1,000-token prompt sent again
     out = page.locator(".jp-CodeCell").filter(has_text="exp.rows").locator(".jp-OutputArea").inner_text()
     assert "skipped" not in out and "llama-server reused 999 of the 1,000 tokens" in out and "kvlib read 992" in out, out
-    slots = page.locator(".jp-CodeCell").filter(has_text="parallel_slots").locator(".jp-OutputArea").inner_text()
+    slots = page.locator(".jp-CodeCell").filter(has_text="par.table()").locator(".jp-OutputArea").inner_text()
     assert "skipped" not in slots and "in the other's slot, only the 500 tokens both share" in slots, slots
     check_typed_exercise(page, errors, "08.shared_blocks", 15, 32)
     screenshots(page, "08")

@@ -37,6 +37,7 @@ def test_bench_runs_all_four_side_by_side(model):
     assert "same tokens in all four runs: True" in r.stdout
     assert "bandwidth floor" in r.stdout and "bare weight matmuls" in r.stdout
     assert "warm receipt: 40 input, 16 cached, 16 written" in r.stdout  # 24 shared -> one 16-token block hit
+    assert "4-token prompts, 3 new tokens each" in r.stdout and "batch  32:" in r.stdout and "(1.0x batch 1)" in r.stdout
 
 
 def test_bench_out_runs_the_whole_suite_on_the_device_asked(monkeypatch, tmp_path):
