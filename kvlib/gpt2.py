@@ -25,7 +25,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .kv_cache import KVCache
+from .kv_cache import KVCache, only_causal
 
 
 def linear(x, w, b):  # [T, in] -> [T, out]
@@ -55,6 +55,13 @@ def attention(q, k, v, mask):  # [nh, T, hs], [nh, S, hs] x 2, [T, S] -> out [nh
     return weights @ v, scores, weights
 
 
+def fused_attention(q, k, v, mask, gqa=False):  # as attention, out only
+    """torch's fused kernel. mask None: plain causal (see gpt2 below), which the kernel applies itself, skipping
+    the scores above the diagonal. [None]: a batch of one, the 4-D shape its CPU kernel takes."""
+    return F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask, is_causal=mask is None,
+                                          enable_gqa=gqa)[0]
+
+
 def head_weights(p, config, head):  # one head's (W [C, hs], b [hs]) for Q, K and V
     """c_attn [C, 3C] holds Q, K and V of all heads side by side; head h is columns h*hs.. of each third."""
     w, b, C, hs = p["attn.c_attn.weight"], p["attn.c_attn.bias"], config.n_embd, config.head_dim
@@ -67,8 +74,7 @@ def mha(x, p, n_head, layer_cache, mask, record=None):  # [T, C] -> [T, C]
     q, k, v = (split_heads(t, n_head) for t in (q, k, v))  # [nh, T, hs]
     K, V = layer_cache.append(k, v)  # [nh, S, hs]: every token this layer holds, the new ones last
     if record is None:  # nobody looks at the weights: torch's fused kernel computes the same out without
-        out = F.scaled_dot_product_attention(q[None], K[None], V[None], attn_mask=mask)[0]  # holding all [T, S]
-        # scores (3-5x faster on a long prompt); [None]: a batch of one, the 4-D shape its CPU kernel takes
+        out = fused_attention(q, K, V, mask)  # holding all [T, S] scores (3-5x faster on a long prompt)
     else:
         out, scores, weights = attention(q, K, V, mask)  # [nh, T, hs]
         record(x=x, q=q, k=k, v=v, scores=scores, weights=weights, out=out)
@@ -94,7 +100,9 @@ def gpt2(ids, params, config, cache=None, trace=None, last_only=False):  # [T] -
     cache = KVCache(config.n_layer) if cache is None else cache
     pos, mask = cache.admit(len(ids), ids.device)  # [T] where the new tokens sit, [T, S] what each may see
     x = params["wte.weight"][ids] + params["wpe.weight"][pos]  # [T, C]
-    mask = mask.to(x.dtype)
+    # a prompt fed whole with nothing before it: the fused kernel knows the plain causal mask without being
+    # handed it, and then skips half the work (a trace keeps it: the written-out attention adds it)
+    mask = None if trace is None and only_causal(mask) else mask.to(x.dtype)
     for i, p in enumerate(params["h"]):
         x = block(x, p, config.n_head, config.eps, cache.layers[i], mask, None if trace is None else trace.recorder(i))
         if trace is not None:

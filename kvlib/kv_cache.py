@@ -40,6 +40,14 @@ def causal_mask(q_pos, k_pos, window=None, sinks=0):  # positions [T], [S] -> [T
     return torch.zeros(seen.shape, device=q_pos.device).masked_fill(~seen, float("-inf"))
 
 
+def only_causal(mask):  # [T, S] -> bool
+    """Is this the plain causal mask of a text fed whole (T == S, each token sees itself and those before it,
+    nothing more hidden)? Then torch's fused kernel can be told so (is_causal) instead of handed the mask, and it
+    skips the scores above the diagonal rather than computing them to add -inf: half a prompt's attention work."""
+    T, S = mask.shape
+    return T == S > 1 and torch.equal(mask, causal_mask(torch.arange(T, device=mask.device), torch.arange(S, device=mask.device)))
+
+
 class LayerCache:
     """One layer's K and V [nkv, length, hs]: shared pieces first (read-only), then a buffer of its own."""
 

@@ -22,8 +22,8 @@ matrix in the order it lies in memory, measured ~15 % faster on a CPU.
 import torch
 import torch.nn.functional as F
 
-from .gpt2 import attention, merge_heads, split_heads
-from .kv_cache import KVCache
+from .gpt2 import attention, fused_attention, merge_heads, split_heads
+from .kv_cache import KVCache, only_causal
 
 
 def linear(x, w):  # [T, in] @ [in, out] -> [T, out]; no biases in this family
@@ -69,11 +69,6 @@ def head_weights(p, config, head):  # one query head's (W [C, hd], b [hd]) for Q
     return [cut("q_proj", head), no_bias, cut("k_proj", kv), no_bias, cut("v_proj", kv), no_bias]
 
 
-def fused_grouped_attention(q, k, v, mask):  # as grouped_attention, out only: torch's fused kernel
-    """What the forward pass runs when no trace records; [None]: a batch of one, the 4-D shape the CPU kernel takes."""
-    return F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask, enable_gqa=True)[0]
-
-
 def gqa(x, p, config, cos, sin, layer_cache, mask, record=None):  # [T, C] -> [T, C]
     q = split_heads(linear(x, p["self_attn.q_proj.weight"]), config.n_head)  # [nh, T, hd]
     k = split_heads(linear(x, p["self_attn.k_proj.weight"]), config.n_kv_head)  # [nkv, T, hd]
@@ -81,7 +76,7 @@ def gqa(x, p, config, cos, sin, layer_cache, mask, record=None):  # [T, C] -> [T
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)  # position enters here, and only here
     K, V = layer_cache.append(k, v)  # [nkv, S, hd]: keys after RoPE, so a cached key never turns again
     if record is None:  # as in gpt2.mha; the fused kernel serves each K/V head's group of queries itself
-        out = fused_grouped_attention(q, K, V, mask)
+        out = fused_attention(q, K, V, mask, gqa=True)
     else:
         out, scores, weights = grouped_attention(q, K, V, mask)  # [nh, T, hd]
         record(x=x, q=q, k=k, v=v, scores=scores, weights=weights, out=out)
@@ -105,7 +100,7 @@ def llama(ids, params, config, cache=None, trace=None, last_only=False):  # [T] 
     x = params["embed_tokens.weight"][ids]  # [T, C]: no position added
     # [T, hd], shared by every layer: computed in fp32, applied in the model's dtype
     cos, sin = (t.to(x.dtype) for t in rope_angles(pos, config.head_dim, config.rope_theta))
-    mask = mask.to(x.dtype)
+    mask = None if trace is None and only_causal(mask) else mask.to(x.dtype)  # None: plain causal, as in gpt2.gpt2
     for i, p in enumerate(params["h"]):
         x = block(x, p, config, cos, sin, cache.layers[i], mask, None if trace is None else trace.recorder(i))
         if trace is not None:

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import torch
 
 from . import memory
-from .llama import fused_grouped_attention
+from .gpt2 import fused_attention
 from .measure import random_ids, timed
 from .models import KVLibError
 from .texttable import text_table
@@ -105,8 +105,8 @@ def mistakes_table(name, context, bytes_per_number=2):
 def cache_read_seconds(model, lengths, repeats=5, seed=0):
     """Seconds that one decode step's attention takes, in all layers, over a cache of each length in
     `lengths`: one query per head scored against n cached keys and mixing n values, read per K/V head
-    as the model caches them, through the fused kernel the forward pass runs (llama.fused_grouped_attention;
-    with as many K/V heads as query heads, GPT-2's).
+    as the model caches them, through the fused kernel the forward pass runs (gpt2.fused_attention,
+    grouped; with as many K/V heads as query heads, GPT-2's).
 
     The cache is random numbers in the model's shape (heads × head size), so the lengths may go past
     the model's context: this is the part of a step that grows with the cache, timed alone. As in
@@ -120,7 +120,7 @@ def cache_read_seconds(model, lengths, repeats=5, seed=0):
     with torch.inference_mode(), one_thread():
         for round in range(repeats + 1):
             for i, (k, v, mask) in enumerate(caches):
-                _, seconds = timed(lambda: [fused_grouped_attention(q, k, v, mask) for _ in range(c.n_layer)], model.device)
+                _, seconds = timed(lambda: [fused_attention(q, k, v, mask, gqa=True) for _ in range(c.n_layer)], model.device)
                 if round:
                     best[i] = min(best[i], seconds)
     return lengths, best

@@ -129,6 +129,20 @@ def test_a_sliding_window_masks_in_one_pass_what_it_evicts_step_by_step(request,
     assert (one_pass[-1] - plain[-1]).abs().max() > 1e-3
 
 
+def test_only_a_whole_text_with_nothing_hidden_goes_to_the_kernel_as_plain_causal(tiny):
+    """The forward pass drops the mask for torch's is_causal only when that is the very same mask."""
+    from kvlib.kv_cache import only_causal
+    mask = lambda cache, t: cache.admit(t)[1]  # noqa: E731
+    assert only_causal(mask(kvlib.KVCache(1), 5))
+    assert not only_causal(mask(kvlib.KVCache(1), 1))  # one token: nothing to skip
+    assert not only_causal(mask(kvlib.KVCache(1, window=3), 5))  # the window hides more than the future
+    assert only_causal(mask(kvlib.KVCache(1, window=5), 5))  # a window as long as the text hides nothing more
+    cached = tiny.new_cache()
+    tiny.forward([1, 2], cache=cached)
+    assert not only_causal(mask(cached, 3))  # after cached tokens the diagonal moves: [3, 5] is not square
+    assert not only_causal(torch.zeros(4, 4))  # square, but nothing hidden at all
+
+
 def test_crop_refuses_what_it_cannot_undo(tiny):
     empty = tiny.new_cache()
     empty.crop(0)  # nothing held, nothing to forget

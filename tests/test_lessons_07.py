@@ -124,9 +124,9 @@ def test_cache_read_grows_with_the_cache_past_the_context(tiny):
 def test_cache_read_times_the_cache_in_the_models_shape(small_llama, monkeypatch):
     """A grouped-head model is timed reading its K/V heads (2 here), not one per query head (4)."""
     read = []
-    real = longcontext.fused_grouped_attention
-    monkeypatch.setattr(longcontext, "fused_grouped_attention",
-                        lambda q, k, v, mask: read.append((q.shape, k.shape, v.shape)) or real(q, k, v, mask))
+    real = longcontext.fused_attention
+    monkeypatch.setattr(longcontext, "fused_attention",
+                        lambda q, k, v, mask, gqa: read.append((q.shape, k.shape, v.shape)) or real(q, k, v, mask, gqa))
     longcontext.cache_read_seconds(small_llama, [8], repeats=1)
     c = small_llama.config
     assert c.n_kv_head < c.n_head
