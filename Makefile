@@ -19,12 +19,13 @@ CHROMIUM    := /usr/bin/chromium
 lab: $(STAMP) models
 	python3 setup_kvlib.py lab
 
-test: $(STAMP) models $(CHROMIUM) engine
-	$(PY) -m pytest -q --durations=10 tests
+# set-up as for lab, the engine too, then the suite on two workers (setup_kvlib.py says how and why)
+test: $(CHROMIUM)
+	python3 setup_kvlib.py test
 
 # every test but those marked slow (the notebooks run by nbclient and in the browser): seconds, not minutes
-check: $(STAMP) models
-	$(PY) -m pytest -q -m "not slow" --durations=5 tests
+check:
+	python3 setup_kvlib.py check
 
 bench: $(STAMP)
 	$(PY) -m kvlib bench
