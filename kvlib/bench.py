@@ -80,9 +80,9 @@ def decode_rates(model, hf, prompt_len, new_tokens, uncached_tokens=None, seed=0
     """Decode seconds per token of the four runs on one prompt, each from its first new token's
     arrival to its last (the prefill, time to first token, is timed apart).
 
-    The cheap cached runs go `repeats` times, kvlib and transformers in turn, and keep their
-    best, so a busy machine's drift hits both alike. Uncached runs may generate fewer tokens
-    (each of their steps rereads the whole sequence)."""
+    Each run goes `repeats` times, the four in turn, and keeps its best, so a busy machine's drift
+    hits all alike. Uncached runs may generate fewer tokens (each of their steps rereads the whole
+    sequence)."""
     if new_tokens < 2 or (uncached_tokens or new_tokens) < 2:
         raise models.KVLibError("decode speed needs at least 2 new tokens (it is timed between tokens)")
     uncached_tokens = uncached_tokens or new_tokens
@@ -94,7 +94,7 @@ def decode_rates(model, hf, prompt_len, new_tokens, uncached_tokens=None, seed=0
     if warm_up:
         for run in runs.values():
             run(2)
-    order = [label for _ in range(repeats) for label in LABELS[:2]] + list(LABELS[2:])
+    order = [label for _ in range(repeats) for label in LABELS]
     rows, ttft, gens = {}, {}, {}
     for label in order:
         n = new_tokens if "uncached" not in label else uncached_tokens
@@ -181,7 +181,7 @@ def prompt_caching(model, prompt_len=1024, uncached_tail=16, repeats=3, seed=0):
             "prompt_len": prompt_len, "model": model.name}
 
 
-def prefill_rates(model, hf, prompt_len=1024, repeats=3, seed=0):
+def prefill_rates(model, hf, prompt_len=1024, repeats=5, seed=0):
     """Best seconds of a prefill (the prompt through the model into a new cache, the last token's
     logits out) by kvlib and by transformers, on the same random prompt, taken in turn."""
     prompt = random_ids(model, prompt_len, seed)
@@ -241,8 +241,9 @@ SUITE_PROMPTS = (32, 256, 900)
 
 
 def uncached_tokens_for(prompt_len, cached_tokens):
-    """Fewer uncached tokens at long prompts: each uncached step rereads the whole prompt."""
-    return max(2, min(cached_tokens, 2048 // prompt_len))  # 32 -> 32, 256 -> 8, 900 -> 2
+    """Fewer uncached tokens at long prompts: each uncached step rereads the whole prompt. At least 3, so
+    at least two steps are timed (the first new token's arrival starts the clock)."""
+    return max(3, min(cached_tokens, 2048 // prompt_len))  # 32 -> 32, 256 -> 8, 900 -> 3
 
 
 def cpu_name():
