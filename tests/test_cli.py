@@ -46,6 +46,7 @@ def test_bench_out_runs_the_whole_suite_on_the_device_asked(monkeypatch, tmp_pat
     calls = []
     monkeypatch.setattr(bench, "suite", lambda out, device: calls.append((out, device)))
     threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # so that --threads 1 has something to change
     try:
         __main__.main(["bench", "--out", str(tmp_path), "--device", "cpu", "--threads", "1"])
         assert torch.get_num_threads() == 1
