@@ -11,12 +11,6 @@ import tempfile
 # kernels beside each other on 2 cores, and spinning threads there took a 200-token SmolLM2 prefill from 0.4 s to
 # 8-12 s (measured on this machine with one other busy process). Kernels and servers started by tests inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# `make test` runs two pytest-xdist workers: each, with the kernels and servers it starts, gets its share of the
-# cores (at most 2 threads, as before), so threads never outnumber cores and wait on one another. Serial runs
-# (`make check`, a plain pytest) keep 2.
-WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-THREADS = max(1, min(2, (os.cpu_count() or 2) // WORKERS))
-os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 HF_HOME = tempfile.mkdtemp(prefix="kvlib-tests-hf-")
 os.environ.update(HF_HOME=HF_HOME, HF_HUB_CACHE=os.path.join(HF_HOME, "hub"), HF_HUB_OFFLINE="1")
 atexit.register(shutil.rmtree, HF_HOME, ignore_errors=True)
@@ -28,7 +22,7 @@ from hypothesis import settings  # noqa: E402
 import kvlib  # noqa: E402
 from kvlib import models  # noqa: E402
 
-torch.set_num_threads(THREADS)
+torch.set_num_threads(2)
 
 # Property tests draw the same examples on every run, so a red CI names a bug, not an unlucky draw
 # (CI once drew a run of special tokens on which float32 drift is larger; it is now an @example).

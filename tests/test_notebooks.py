@@ -42,7 +42,7 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 WIDGET = "application/vnd.jupyter.widget-view+json"
 WITHOUT_VIEWS = {"01", "07"}  # the chat and the calculator: text apps, nothing to draw
 # this 2-core machine is slower than a laptop: ~10 s on a laptop is ~15 s here, with the machine to itself; under
-# `make test` each pytest-xdist worker has its share of the cores (conftest.py), so a cell takes about that many times
+# `make test` two pytest-xdist workers share the cores, so a cell takes about that many times longer
 SLOW_S = 15 * int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 WARNING = "⏱"
 
