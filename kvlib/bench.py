@@ -274,8 +274,9 @@ def suite_model(name, device, prompts, cached_tokens, cache_prompt_tokens, bandw
     decodes, bares = [], []
     for i, p in enumerate(prompts):
         p = min(p, model.config.n_ctx - cached_tokens)  # room for the answer in the context
-        bares.append(bare_matmul_seconds(model))  # before each prompt's runs: one slow moment of a shared
-        # machine, taken once, made a step look faster than its own matmuls; the fastest of them is the floor
+        # timed before each prompt's runs and the fastest kept: timed once, a slow moment of a shared
+        # machine made a step look faster than its own matmuls
+        bares.append(bare_matmul_seconds(model))
         r = decode_rates(model, hf, p, cached_tokens, uncached_tokens_for(p, cached_tokens), warm_up=i == 0)
         seconds = {label: s for label, (_, s) in r["rows"].items()}
         decodes.append({"prompt_len": p, "new_tokens": {"cached": cached_tokens, "uncached": r["uncached_tokens"]},

@@ -45,7 +45,10 @@ def only_causal(mask):  # [T, S] -> bool
     nothing more hidden)? Then torch's fused kernel can be told so (is_causal) instead of handed the mask, and it
     skips the scores above the diagonal rather than computing them to add -inf: half a prompt's attention work."""
     T, S = mask.shape
-    return T == S > 1 and torch.equal(mask, causal_mask(torch.arange(T, device=mask.device), torch.arange(S, device=mask.device)))
+    if T != S or T == 1:
+        return False
+    pos = torch.arange(T, device=mask.device)
+    return torch.equal(mask, causal_mask(pos, pos))
 
 
 class LayerCache:
