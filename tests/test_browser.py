@@ -253,9 +253,9 @@ def test_03_embeddings(browser, lab, model, smollm2):
     word = app.locator("input[type='text']")
     word.fill("queen")
     word.press("Tab")
-    first = embeddings.neighbours(smollm2, "queen")[0][0]
-    page.wait_for_function("([el, t]) => el.innerText.includes(t)", arg=[app.element_handle(), repr(first)],
-                           timeout=30_000)
+    # the whole line, scores and all: the first neighbour alone may already be among 'king''s
+    line = ", ".join(f"{t!r} {s:.2f}" for t, s in embeddings.neighbours(smollm2, "queen"))
+    page.wait_for_function("([el, t]) => el.innerText.includes(t)", arg=[app.element_handle(), line], timeout=30_000)
     settle(page, errors, "03", "typing 'queen'")
     reveal = page.locator("button:has-text('Show the answer')").nth(1)  # the king ~ queen or table exercise
     reveal.scroll_into_view_if_needed()
@@ -660,7 +660,9 @@ def test_07_long_context_memory(browser, lab):
 
     assert shown() == (131072, 1, memory.kv_bytes(memory.CATALOGUE["Llama-3-8B"], 131072))
     app.locator("select").first.select_option("Gemma-2-9B")
-    page.wait_for_function("(el) => el.innerText.includes('Gemma-2-9B')", arg=app.element_handle(), timeout=30_000)
+    # wait for the kernel's report's heading, not the bare name: the <select>'s own options already say it
+    heading = f"Gemma-2-9B: {memory.CATALOGUE['Gemma-2-9B'].n_layer} layers"
+    page.wait_for_function("([el, s]) => el.innerText.includes(s)", arg=[app.element_handle(), heading], timeout=30_000)
     settle(page, errors, "07", "choosing Gemma-2-9B")
     assert shown() == (131072, 1, memory.kv_bytes(memory.CATALOGUE["Gemma-2-9B"], 131072))
     assert "21 local layers capped" in app.inner_text()
