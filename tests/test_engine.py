@@ -10,6 +10,7 @@ import json
 import socket
 import threading
 import urllib.error
+from pathlib import Path
 
 import pytest
 
@@ -249,3 +250,18 @@ def test_a_proxy_in_the_environment_is_bypassed_for_this_machine_only(openai_sty
         assert reply.cached_tokens == 1024, url
     with pytest.raises(urllib.error.URLError, match="refused"):  # elsewhere the proxy is used, as urllib would
         opener("http://example.org/").open("http://example.org/", timeout=5)
+
+
+def test_finding_the_server_changes_nothing_starting_it_makes_the_wheels_library_links(tmp_path):
+    model, binary = tmp_path / "model.gguf", tmp_path / "llama-server"
+    model.write_bytes(b"")
+    binary.write_text("#!/bin/sh\nexit 1\n")
+    binary.chmod(0o755)
+    (tmp_path / "libllama.so.0.6.0").write_bytes(b"")
+    (tmp_path / "_symlinks.json").write_text(json.dumps({"libllama.so.0": "libllama.so.0.6.0"}))
+    server = Engine(model_path=model, binary=binary)
+    server.command()  # what `%%needs engine` and the doctor ask: is it there?
+    assert not (tmp_path / "libllama.so.0").exists()
+    with pytest.raises(KVLibError, match="stopped while starting"):
+        server.start()
+    assert (tmp_path / "libllama.so.0").readlink() == Path("libllama.so.0.6.0")
