@@ -16,7 +16,8 @@ CHROMIUM    := /usr/bin/chromium
 
 .PHONY: lab test check bench install models engine clean
 
-lab: $(STAMP) models
+# setup_kvlib.py lab fetches SmolLM2 first (the models step), so an offline machine tries the network once
+lab: $(STAMP)
 	python3 setup_kvlib.py lab
 
 # set-up as for lab, the engine too, then the suite on two workers (setup_kvlib.py says how and why)
@@ -30,11 +31,15 @@ check:
 bench: $(STAMP)
 	$(PY) -m kvlib bench
 
-install: $(STAMP)
-
 # the steps live in setup_kvlib.py, which also serves laptops without make (Windows, macOS)
+INSTALL = python3 setup_kvlib.py install --torch "$(TORCH)" $(if $(TORCH_INDEX),--torch-index $(TORCH_INDEX),)
+
+# asked for by name, it installs again (a repair); the other targets install only when the inputs changed
+install:
+	$(INSTALL)
+
 $(STAMP): pyproject.toml etc/jupyterlab-overrides.json setup_kvlib.py
-	python3 setup_kvlib.py install --torch "$(TORCH)" $(if $(TORCH_INDEX),--torch-index $(TORCH_INDEX),)
+	$(INSTALL)
 
 # SmolLM2-135M, a real pretrained model, for the lessons that need one: fetched and converted once
 # (93 MB, about a minute), then found at once. Without a network set-up goes on, and the

@@ -64,7 +64,7 @@ def model_on_disk(name, required, why):
     where = models.local_dir(name)
     if where is None:
         return Finding(f"model {name}", False, f"not on this machine ({why})",
-                       f"with internet, run `python -m kvlib download {name}`", required)
+                       f"with internet, run `{models.download_hint(name)}`", required)
     return Finding(f"model {name}", True, f"at {where}", required=required)
 
 
@@ -88,7 +88,7 @@ def llama_server():
                        "run `make engine` (or `python setup_kvlib.py engine`): a one-time build of minutes", False)
     if not models.gguf_path().exists():
         return Finding(what, False, f"{binary}, but SmolLM2's GGUF is not at {models.gguf_path()}",
-                       "with internet, run `python -m kvlib download smollm2 --gguf`", False)
+                       f"with internet, run `{models.download_hint('smollm2', '--gguf')}`", False)
     return Finding(what, True, f"{binary}, serving {models.gguf_path()}", required=False)
 
 

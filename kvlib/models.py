@@ -6,6 +6,8 @@ from disk; `download.py` is the only one that uses the network.
 """
 
 import os
+import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,8 +27,10 @@ HUB_IDS = {**{name: f"openai-community/{name}" for name in ("gpt2", "gpt2-medium
 NAMES = ("tiny", "random-gpt2", *HUB_IDS)
 
 
-def download_hint(name):
-    return f"python -m kvlib download {name}"
+def download_hint(name, *options):
+    """The command that fetches `name`, naming this Python: the one kvlib is installed in (a bare `python` in a
+    terminal is often another, without kvlib)."""
+    return " ".join([shlex.quote(sys.executable), "-m", "kvlib", "download", name, *options])
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 import collections
 import os
+import shlex
 import subprocess
 import sys
 import types
@@ -29,7 +30,8 @@ def test_doctor_names_a_missing_model_and_its_fix(tmp_path):
     r = doctor_cli(KVLIB_HOME=str(tmp_path / "kv"), HF_HUB_CACHE=str(tmp_path / "hub"))
     assert r.returncode == 1
     assert "[FAIL] model smollm2: not on this machine" in r.stdout
-    assert "fix: with internet, run `python -m kvlib download smollm2`" in r.stdout
+    # the command names the Python the doctor ran in, the one kvlib is installed in
+    assert f"fix: with internet, run `{shlex.quote(sys.executable)} -m kvlib download smollm2`" in r.stdout
     assert "[note] model gpt2" in r.stdout  # optional: reported, never a failure
     assert "1 problem(s) to fix" in r.stdout
 
