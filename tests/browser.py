@@ -19,7 +19,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 REPO = Path(__file__).parent.parent
-CHROMIUM = "/usr/bin/chromium"
+# Debian's, where make test installs it; elsewhere (macOS, another Linux) KVLIB_CHROMIUM names a Chromium or Chrome
+CHROMIUM = os.environ.get("KVLIB_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 TOKEN = "kvlib-test"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -94,7 +95,8 @@ def copy_notebooks(root, paths=None):
 
 @contextlib.contextmanager
 def chromium():
-    assert Path(CHROMIUM).exists(), "Chromium is missing: apt-get install -y chromium (make test does this as root)"
+    assert Path(CHROMIUM).exists(), (f"no Chromium at {CHROMIUM}: apt-get install -y chromium (make test does this as "
+                                      f"root), or set KVLIB_CHROMIUM to a Chromium or Chrome binary")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
