@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .errors import KVLibError
+from .kv_cache import KVCache
 
 
 @dataclass
@@ -66,11 +67,15 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     if cache is not None and not use_cache:
         raise KVLibError("a cache was given with use_cache=False: pass one or the other")
-    if cache is not None and len(cache) >= len(prompt_ids):
-        raise KVLibError(f"the cache already holds {len(cache)} tokens, the prompt {len(prompt_ids)}: it may hold "
-                         "the prompt's first tokens, but at least the last one must be fed")
+    if cache is not None and not isinstance(cache, KVCache):
+        raise KVLibError(f"generate continues one sequence's KVCache, not a {type(cache).__name__}: "
+                         "for many sequences at once use kvlib.generate_batch")
+    # tokens fed so far, not tokens held: a sliding window holds fewer than it has seen
+    if cache is not None and cache.seen >= len(prompt_ids):
+        raise KVLibError(f"the cache has already read {cache.seen} tokens, the prompt is {len(prompt_ids)}: it may "
+                         "hold the prompt's first tokens, but at least the last one must be fed")
     gen = Generation(prompt_ids=prompt_ids, cache=(model.new_cache() if cache is None else cache) if use_cache else None)
-    ids, feed = list(prompt_ids), prompt_ids[0 if cache is None else len(cache):]
+    ids, feed = list(prompt_ids), prompt_ids[0 if cache is None else cache.seen:]
     while True:
         model.synchronize()  # a GPU runs ahead of Python: wait for it before each clock read
         t0 = time.perf_counter()

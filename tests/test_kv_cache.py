@@ -129,6 +129,21 @@ def test_a_sliding_window_masks_in_one_pass_what_it_evicts_step_by_step(request,
     assert (one_pass[-1] - plain[-1]).abs().max() > 1e-3
 
 
+def test_generate_continues_a_window_from_the_tokens_it_has_read_not_those_it_holds(tiny):
+    """A window that has dropped tokens holds fewer than it has read: generate feeds only the prompt's unread
+    tail, so the answer is the one a fresh window gives the whole prompt."""
+    ids = torch.randint(0, tiny.config.vocab_size, (14,), generator=torch.Generator().manual_seed(0)).tolist()
+    cache = tiny.new_cache(4, 1)
+    for t in ids[:10]:
+        tiny.forward([t], cache=cache)
+    assert (len(cache), cache.seen) == (5, 10)
+    continued = kvlib.generate(tiny, ids, 10, cache=cache, stop_at_eos=False)
+    fresh = kvlib.generate(tiny, ids, 10, cache=tiny.new_cache(4, 1), stop_at_eos=False)
+    assert continued.ids == fresh.ids and cache.seen == len(ids) + 9
+    with pytest.raises(kvlib.KVLibError, match="already read 23 tokens, the prompt is 14"):
+        kvlib.generate(tiny, ids, 1, cache=cache)
+
+
 def test_only_a_whole_text_with_nothing_hidden_goes_to_the_kernel_as_plain_causal(tiny):
     """The forward pass drops the mask for torch's is_causal only when that is the very same mask."""
     from kvlib.kv_cache import only_causal
