@@ -23,13 +23,11 @@ from .paged_cache import PagedKVCache, blocks_for
 def forward_rows(model, cache, rows):  # rows [(sequence id, [ids])] -> logits [len(rows), V]
     """One forward call over several sequences' new tokens, packed one after another; returns the logits
     of each sequence's last new token (the one that picks its next token)."""
-    cache.schedule([(seq_id, len(ids)) for seq_id, ids in rows])  # checks the sequences exist
-    for seq_id, ids in rows:
-        if cache.sequences[seq_id].length + len(ids) > model.config.n_ctx:
-            cache.schedule([])
-            raise KVLibError(f"sequence {seq_id} would hold {cache.sequences[seq_id].length + len(ids)} tokens, "
-                             f"past {model.name}'s context of {model.config.n_ctx}: release it and start anew")
-    ids = torch.tensor([i for _, seq_ids in rows for i in seq_ids], device=model.device)  # [T]
+    if not rows:
+        raise KVLibError("forward_rows needs at least one row: [(sequence id, [ids]), ...]")
+    # every row checked (ids in the vocabulary, within the context) before any sequence takes a slot
+    ids = torch.cat([model.check_ids(seq_ids, cache.sequence(seq_id).length) for seq_id, seq_ids in rows])  # [T]
+    cache.schedule([(seq_id, len(seq_ids)) for seq_id, seq_ids in rows])
     if len(rows) == 1:  # one sequence (a prefill, or a batch of one): only its last row needs the output head
         return model.family.forward(ids, model.params, model.config, cache, last_only=True)
     last = torch.tensor([len(seq_ids) for _, seq_ids in rows], device=model.device).cumsum(0) - 1  # [len(rows)]
@@ -50,8 +48,9 @@ def generate_batch(model, prompts, max_new_tokens=20, temperature=0.0, top_k=Non
     the others go on. gen.step_seconds holds the time of every step the sequence took part in,
     its prefill first."""
     check_sampling(max_new_tokens, temperature, top_k, top_p)
-    if isinstance(prompts, str) or not prompts:
-        raise KVLibError("generate_batch takes a list of prompts (texts or id lists), at least one")
+    if isinstance(prompts, str) or not prompts or any(not isinstance(p, str) and not hasattr(p, "__len__") for p in prompts):
+        raise KVLibError("generate_batch takes a list of prompts (texts or id lists), at least one; for one prompt's "
+                         "ids, [ids]")
     prompt_ids = [model.check_ids(p).tolist() for p in prompts]
     gens = [Generation(prompt_ids=ids) for ids in prompt_ids]
     generators = [torch.Generator().manual_seed(seed + i) if seed is not None else None for i in range(len(gens))]

@@ -55,12 +55,18 @@ class BlockAllocator:
         self.allocated += 1
         return block
 
+    def check(self, block):
+        if not (isinstance(block, int) and 0 <= block < self.n_blocks):
+            raise KVLibError(f"there is no block {block!r}: blocks are numbered 0 to {self.n_blocks - 1}")
+
     def share(self, block):  # one more holder of a block in use
+        self.check(block)
         if self.refs[block] == 0:
             raise KVLibError(f"block {block} is free: only a block in use can be shared")
         self.refs[block] += 1
 
     def release(self, block):  # one holder fewer; the last one frees it
+        self.check(block)
         if self.refs[block] == 0:
             raise KVLibError(f"block {block} is already free")
         self.refs[block] -= 1
@@ -120,7 +126,7 @@ class PagedKVCache:
         """An empty sequence, or one that starts with every token `prefix_of` holds, sharing its blocks."""
         seq = Sequence()
         if prefix_of is not None:
-            parent = self.sequences[prefix_of]
+            parent = self.sequence(prefix_of)
             for block in parent.blocks:
                 self.allocator.share(block)
             seq.blocks, seq.length = list(parent.blocks), parent.length
@@ -129,8 +135,14 @@ class PagedKVCache:
         return self._next_id - 1
 
     def release(self, seq_id):  # a finished sequence gives its blocks back (shared ones stay for their other holders)
-        for block in self.sequences.pop(seq_id).blocks:
+        for block in self.sequence(seq_id).blocks:
             self.allocator.release(block)
+        del self.sequences[seq_id]
+
+    def sequence(self, seq_id):
+        if seq_id not in self.sequences:
+            raise KVLibError(f"no sequence {seq_id!r} in this cache (released already?): add() one first")
+        return self.sequences[seq_id]
 
     def schedule(self, rows):  # [(sequence id, new tokens)]: what the next forward call's rows are
         for seq_id, n in rows:
@@ -146,6 +158,13 @@ class PagedKVCache:
         if sum(n for _, n in self.rows) != t_new:
             raise KVLibError(f"the forward call has {t_new} tokens but {sum(n for _, n in self.rows)} were "
                              "scheduled: call schedule([(sequence, n), ...]) before each call")
+        # all or nothing: a full pool refuses the call before any sequence has taken a slot
+        need = sum(self._blocks_needed(self.sequences[seq_id], n) for seq_id, n in self.rows)
+        if need > len(self.allocator.free):
+            self.rows = []
+            raise KVLibError(f"this call needs {need} more blocks but {len(self.allocator.free)} of the pool's "
+                             f"{self.n_blocks} are free: release a finished sequence, or make the pool larger "
+                             f"(nothing was changed)")
         positions, slots = [], []
         for seq_id, n in self.rows:
             seq = self.sequences[seq_id]
@@ -165,6 +184,10 @@ class PagedKVCache:
         self.rows = []  # each schedule serves one call
         return torch.tensor(positions, device=device), mask
 
+    def _blocks_needed(self, seq, n):  # new blocks for its next n tokens, plus a copy of a shared, part-full last one
+        shared_tail = seq.length % self.block_size and self.allocator.refs[seq.blocks[-1]] > 1
+        return blocks_for(seq.length + n, self.block_size) - len(seq.blocks) + bool(shared_tail)
+
     def _slot_for_next(self, seq):  # the pool slot where the sequence's next token goes
         offset = seq.length % self.block_size
         if offset == 0:  # its last block is full (or it has none): take a new one
@@ -178,11 +201,13 @@ class PagedKVCache:
         return seq.blocks[-1] * self.block_size + offset
 
     def token_slots(self, seq_id, device=None):  # [length]: the pool slot of each token of a sequence, in order
-        seq, bs = self.sequences[seq_id], self.block_size
+        seq, bs = self.sequence(seq_id), self.block_size
         blocks = torch.tensor(seq.blocks, device=device, dtype=torch.long)
         return (blocks[:, None] * bs + torch.arange(bs, device=device)).flatten()[:seq.length]  # [blocks * bs] cut
 
     def keys(self, layer, seq_id):  # [nkv, length, hs]: one sequence's keys at one layer, gathered through its table
+        if self.layers[layer].k is None:
+            raise KVLibError("the pool holds nothing yet: run a forward call (batching.forward_rows) first")
         return self.layers[layer].k[:, self.token_slots(seq_id, self.layers[layer].k.device)]
 
     def __repr__(self):

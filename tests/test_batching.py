@@ -124,13 +124,24 @@ def test_clear_errors(tiny):
         tiny.family.forward(torch.tensor([1, 2]), tiny.params, tiny.config, cache)
     with pytest.raises(KVLibError, match="at most once"):
         cache.schedule([(seq, 1), (seq, 1)])
-    with pytest.raises(KVLibError, match="all 1 blocks of the pool are in use"):
+    with pytest.raises(KVLibError, match="holds nothing yet"):
+        cache.keys(0, seq)
+    for one_sequence in (lambda: tiny.forward([1], cache=cache), lambda: generate(tiny, "To be", 2, cache=cache)):
+        with pytest.raises(KVLibError, match="not a PagedKVCache"):
+            one_sequence()
+    with pytest.raises(KVLibError, match="needs 2 more blocks but 1 of the pool's 1 are free"):
         forward_rows(tiny, cache, [(seq, [1, 2, 3, 4, 5])])
+    with pytest.raises(KVLibError, match="at least one row"):
+        forward_rows(tiny, cache, [])
+    for unknown in (lambda: cache.add(prefix_of=99), lambda: cache.release(99)):
+        with pytest.raises(KVLibError, match="no sequence 99"):
+            unknown()
     with pytest.raises(KVLibError, match="context"):
         big = PagedKVCache(tiny.config.n_layer, 99, 16)
         forward_rows(tiny, big, [(big.add(), [1] * (tiny.config.n_ctx + 1))])
-    with pytest.raises(KVLibError, match="list of prompts"):
-        generate_batch(tiny, "one prompt, not a list")
+    for not_a_list in ("one prompt, not a list", [5, 6, 7]):  # one prompt's ids are not three prompts
+        with pytest.raises(KVLibError, match="list of prompts"):
+            generate_batch(tiny, not_a_list)
     with pytest.raises(KVLibError, match="empty"):
         generate_batch(tiny, ["fine", ""])
     allocator = BlockAllocator(2)
@@ -138,3 +149,27 @@ def test_clear_errors(tiny):
         allocator.release(0)
     with pytest.raises(KVLibError, match="only a block in use"):
         allocator.share(1)
+    for block in (-1, 2, 1.0):
+        with pytest.raises(KVLibError, match="blocks are numbered 0 to 1"):
+            allocator.release(block)
+    assert allocator.free == [0, 1]
+
+
+def test_a_refused_call_changes_nothing(tiny):
+    """A full pool or a bad id refuses the whole call before any sequence takes a slot: afterwards the
+    sequences decode on as if it had never been made."""
+    cache = PagedKVCache(tiny.config.n_layer, n_blocks=3, block_size=4)
+    a, b = cache.add(), cache.add()
+    forward_rows(tiny, cache, [(a, [1, 2, 3, 4])])  # one full block
+    forward_rows(tiny, cache, [(b, [5, 6, 7])])     # one block, a slot left
+    held = lambda: ({s: (q.length, list(q.blocks)) for s, q in cache.sequences.items()}, list(cache.allocator.refs))
+    before = held()
+    with pytest.raises(KVLibError, match="needs 2 more blocks but 1 of the pool's 3 are free"):
+        forward_rows(tiny, cache, [(a, [8]), (b, [9, 10])])  # a new block each; one is free
+    for bad in (tiny.config.vocab_size, -1):
+        with pytest.raises(KVLibError, match="token ids must be in"):
+            forward_rows(tiny, cache, [(a, [8]), (b, [bad])])
+    assert held() == before
+    logits = forward_rows(tiny, cache, [(a, [8]), (b, [9])])
+    for row, ids in enumerate(([1, 2, 3, 4, 8], [5, 6, 7, 9])):
+        assert (logits[row] - tiny.forward(ids)[-1]).abs().max() < 1e-4
