@@ -184,10 +184,12 @@ class KVCache:
 
     def crop(self, n):
         """Keep the first n tokens held and forget the rest, as if they had never been fed."""
-        if not 0 <= n <= len(self):
-            raise KVLibError(f"crop keeps 0 to {len(self)} tokens, not {n}")
-        if len(self) < self.seen and n < self.sinks:  # the window has moved on: what followed the sinks is gone
-            raise KVLibError(f"crop keeps at least the {self.sinks} sinks of a window that has dropped tokens")
+        if not isinstance(n, int) or not 0 <= n <= len(self):
+            raise KVLibError(f"crop keeps 0 to {len(self)} tokens, not {n!r}")
+        # a window that has dropped tokens cannot go back: the tokens its older self would hold are gone
+        if len(self) < self.seen and n < len(self):
+            raise KVLibError(f"this window has dropped {self.seen - len(self)} tokens, so forgetting its newest "
+                             f"cannot give back the older ones it would hold again: start a new cache instead")
         self.seen -= len(self) - n
         for layer in self.layers:
             layer.drop(n, layer.length)

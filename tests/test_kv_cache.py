@@ -166,10 +166,16 @@ def test_crop_refuses_what_it_cannot_undo(tiny):
     for t in range(12):
         tiny.forward([t], cache=windowed)
     assert windowed.positions().tolist() == [0, 1, 8, 9, 10, 11]
-    windowed.crop(4)  # the newest go: positions stay those of the text
-    assert windowed.positions().tolist() == [0, 1, 8, 9] and windowed.seen == 10
-    with pytest.raises(kvlib.KVLibError, match="at least the 2 sinks"):
-        windowed.crop(1)
+    # as if 10 tokens had been fed it would hold 0, 1 and 6-9; 6 and 7 are gone (the next query would need 7)
+    with pytest.raises(kvlib.KVLibError, match="dropped 6 tokens"):
+        windowed.crop(4)
+    windowed.crop(6)  # forgetting nothing is fine
+    assert windowed.positions().tolist() == [0, 1, 8, 9, 10, 11] and windowed.seen == 12
+    plain = tiny.new_cache()
+    tiny.forward([1, 2, 3], cache=plain)
+    with pytest.raises(kvlib.KVLibError, match="not 2.0"):
+        plain.crop(2.0)
+    assert len(plain) == plain.seen == 3
 
 
 def test_unsharing_a_cache_of_one_shared_piece_copies_it(tiny):
