@@ -37,6 +37,7 @@ never expires before its children. Tenants never share blocks unless
 """
 
 import hashlib
+import numbers
 import threading
 import time
 from dataclasses import dataclass, field
@@ -150,8 +151,12 @@ def stretches(blocks):  # -> [[run, start, end]]: consecutive blocks of one run 
 class PromptCache:
     def __init__(self, model, block_size=16, max_bytes=None, ttl_seconds=300, clock=None,
                  share_across_tenants=False, mode="automatic", min_tokens=0):
-        if block_size < 1:
-            raise KVLibError("block_size must be at least 1 token")
+        if not isinstance(block_size, int) or block_size < 1:
+            raise KVLibError(f"block_size must be a whole number of tokens, at least 1, not {block_size!r}")
+        if max_bytes is not None and not max_bytes >= 0:
+            raise KVLibError(f"max_bytes must be a number of bytes, 0 or more (or None: no limit), not {max_bytes!r}")
+        if not (isinstance(ttl_seconds, (int, float)) and ttl_seconds > 0):
+            raise KVLibError(f"ttl_seconds must be a number of seconds above 0, not {ttl_seconds!r}")
         if mode not in MODES:
             raise KVLibError(f"mode must be one of {MODES}, not {mode!r}")
         if min_tokens < 0:
@@ -192,7 +197,11 @@ class PromptCache:
                                  "mode='automatic' cuts every prompt into blocks by itself")
             ends = list(range(self.block_size, n, self.block_size)) if n >= self.min_tokens else []
         else:
-            marks = sorted({cache_control} if isinstance(cache_control, int) else set(cache_control or ()))
+            listed = cache_control is None or isinstance(cache_control, (list, tuple))
+            marks = list(cache_control or ()) if listed else [cache_control]
+            if not all(isinstance(m, numbers.Integral) for m in marks):
+                raise KVLibError(f"cache_control is a token count or a list of them, not {cache_control!r}")
+            marks = sorted({int(m) for m in marks})
             if len(marks) > MAX_BREAKPOINTS:
                 raise KVLibError(f"at most {MAX_BREAKPOINTS} cache_control breakpoints per request, not {len(marks)}")
             if marks and not 0 < marks[0] <= marks[-1] < n:
@@ -205,6 +214,8 @@ class PromptCache:
         """The chained hash of every block: each names its whole prefix (and tenant). The tenant's name
         is hashed on its own first, to a fixed 16 bytes: were it joined to the tokens' bytes, a name
         ending in token bytes could forge another tenant's key (tested)."""
+        if not isinstance(tenant, str):  # None and "None" must not share a key
+            raise KVLibError(f"a tenant is named by a string, not {tenant!r}")
         name = ("*" if self.share_across_tenants else f"tenant:{tenant}").encode()
         key = hashlib.blake2b(name, digest_size=16).digest()
         keys = []

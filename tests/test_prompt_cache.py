@@ -265,8 +265,17 @@ def test_bad_input(tiny):
     pc = kvlib.PromptCache(tiny)
     with pytest.raises(ValueError, match="empty"):
         pc.prefill("")
-    with pytest.raises(ValueError, match="block_size"):
-        kvlib.PromptCache(tiny, block_size=0)
+    for settings in ({"block_size": 0}, {"block_size": 2.5}, {"max_bytes": -5}, {"ttl_seconds": None},
+                     {"ttl_seconds": 0}):
+        with pytest.raises(kvlib.KVLibError, match=next(iter(settings))):
+            kvlib.PromptCache(tiny, **settings)
+    with pytest.raises(kvlib.KVLibError, match="named by a string, not None"):  # None and "None" must not share blocks
+        pc.prefill("To be, or not to be, that is the question", tenant=None)
+    explicit = kvlib.PromptCache(tiny, mode="explicit")
+    with pytest.raises(kvlib.KVLibError, match="token count or a list of them, not 3.0"):
+        explicit.prefill("To be, or not to be, that is the question", cache_control=3.0)
+    assert explicit.prefill("To be, or not to be, that is the question", cache_control=[3]).receipt.written_tokens == 3
+    assert pc.blocks == {}  # the refused request stored nothing
 
 
 def test_pricing_follows_the_receipt():
