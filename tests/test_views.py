@@ -46,7 +46,7 @@ def test_generate_fills_the_cache_it_is_given(tiny):
     gen = kvlib.generate(tiny, "Mary had", 4, cache=cache, stop_at_eos=False)
     assert gen.cache is cache and len(cache) == len(gen.prompt_ids) + 3
     assert gen.ids == kvlib.generate(tiny, "Mary had", 4, stop_at_eos=False).ids
-    with pytest.raises(kvlib.KVLibError, match="already holds 6 tokens, the prompt 3"):
+    with pytest.raises(kvlib.KVLibError, match="already read 6 tokens, the prompt is 3"):
         kvlib.generate(tiny, "Mary had", 4, cache=cache)
 
 
