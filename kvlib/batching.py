@@ -25,8 +25,12 @@ def forward_rows(model, cache, rows):  # rows [(sequence id, [ids])] -> logits [
     of each sequence's last new token (the one that picks its next token)."""
     if not rows:
         raise KVLibError("forward_rows needs at least one row: [(sequence id, [ids]), ...]")
-    # every row checked (ids in the vocabulary, within the context) before any sequence takes a slot
-    ids = torch.cat([model.check_ids(seq_ids, cache.sequence(seq_id).length) for seq_id, seq_ids in rows])  # [T]
+    # every row checked (within the context, ids in the vocabulary) before any sequence takes a slot
+    for seq_id, seq_ids in rows:
+        if cache.sequence(seq_id).length + len(seq_ids) > model.config.n_ctx:
+            raise KVLibError(f"sequence {seq_id} would hold {cache.sequence(seq_id).length + len(seq_ids)} tokens, "
+                             f"past {model.name}'s context of {model.config.n_ctx}: release it and start anew")
+    ids = torch.cat([model.check_ids(seq_ids) for _, seq_ids in rows])  # [T]
     cache.schedule([(seq_id, len(seq_ids)) for seq_id, seq_ids in rows])
     if len(rows) == 1:  # one sequence (a prefill, or a batch of one): only its last row needs the output head
         return model.family.forward(ids, model.params, model.config, cache, last_only=True)
@@ -48,7 +52,8 @@ def generate_batch(model, prompts, max_new_tokens=20, temperature=0.0, top_k=Non
     the others go on. gen.step_seconds holds the time of every step the sequence took part in,
     its prefill first."""
     check_sampling(max_new_tokens, temperature, top_k, top_p)
-    if isinstance(prompts, str) or not prompts or any(not isinstance(p, str) and not hasattr(p, "__len__") for p in prompts):
+    one = isinstance(prompts, (str, torch.Tensor))  # a text, or one prompt's ids as a tensor
+    if one or not prompts or any(not isinstance(p, str) and not hasattr(p, "__len__") for p in prompts):
         raise KVLibError("generate_batch takes a list of prompts (texts or id lists), at least one; for one prompt's "
                          "ids, [ids]")
     prompt_ids = [model.check_ids(p).tolist() for p in prompts]

@@ -180,12 +180,13 @@ class Engine:
         return self
 
     def _wait_ready(self, deadline):
+        direct = opener(self.url)
         while True:
             if (code := self.process.poll()) is not None:
                 raise KVLibError(f"llama-server stopped while starting ({describe_exit(code)}); the end of its "
                                  f"log {self.log_path}:\n{self.log_tail()}")
             try:
-                with opener(self.url).open(f"{self.url}/health", timeout=2) as r:
+                with direct.open(f"{self.url}/health", timeout=2) as r:
                     if r.status == 200:
                         return
             except (urllib.error.URLError, OSError):  # not listening yet, or 503 while the model loads

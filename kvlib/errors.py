@@ -1,5 +1,11 @@
-"""The one error kvlib raises on purpose."""
+"""The one error kvlib raises on purpose, and the one rule for a count given as input."""
+
+import numbers
 
 
 class KVLibError(ValueError):
     """Bad input or an unavailable model or device; the message says what to do."""
+
+
+def is_count(x):  # a whole number (a Python or numpy int), not a bool and not a float that happens to be whole
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)

@@ -57,7 +57,7 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
              seed=None, on_token=None, stop_at_eos=True, cache=None):
     """Continue `prompt` (text or ids). on_token(id, text_piece) is called as each token arrives
     and may return False to stop (a Stop button). cache: a KVCache to fill instead of a new one,
-    empty (so a caller can watch it grow from on_token) or already holding the prompt's first
+    empty (so a caller can watch it grow from on_token) or having already read the prompt's first
     tokens (a prompt-cache hit: only the rest is fed); gen.cache is it either way.
 
     Stops after max_new_tokens, at the end-of-text token, or when the context is full
@@ -73,7 +73,8 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
     # tokens fed so far, not tokens held: a sliding window holds fewer than it has seen
     if cache is not None and cache.seen >= len(prompt_ids):
         raise KVLibError(f"the cache has already read {cache.seen} tokens, the prompt is {len(prompt_ids)}: it may "
-                         "hold the prompt's first tokens, but at least the last one must be fed")
+                         "hold the prompt's first tokens, but at least the last one must be fed. Pass a new cache "
+                         "(model.new_cache()), or the prompt with the answer so far")
     gen = Generation(prompt_ids=prompt_ids, cache=(model.new_cache() if cache is None else cache) if use_cache else None)
     ids, feed = list(prompt_ids), prompt_ids[0 if cache is None else cache.seen:]
     while True:

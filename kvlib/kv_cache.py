@@ -24,7 +24,7 @@ look at (`admit`, once per call), and, per layer, all the keys and values to att
 
 import torch
 
-from .errors import KVLibError
+from .errors import KVLibError, is_count
 
 
 def causal_mask(q_pos, k_pos, window=None, sinks=0):  # positions [T], [S] -> [T, S]
@@ -183,13 +183,16 @@ class KVCache:
         return new, causal_mask(new, held, self.window, self.sinks)
 
     def crop(self, n):
-        """Keep the first n tokens held and forget the rest, as if they had never been fed."""
-        if not isinstance(n, int) or not 0 <= n <= len(self):
+        """Keep the first n tokens held and forget the rest, as if they had never been fed. A window that has
+        dropped tokens keeps at least its sinks and window - 1 tokens: what the next query reads (fewer, and
+        the tokens it would need again are gone)."""
+        if not is_count(n) or not 0 <= n <= len(self):
             raise KVLibError(f"crop keeps 0 to {len(self)} tokens, not {n!r}")
-        # a window that has dropped tokens cannot go back: the tokens its older self would hold are gone
-        if len(self) < self.seen and n < len(self):
-            raise KVLibError(f"this window has dropped {self.seen - len(self)} tokens, so forgetting its newest "
-                             f"cannot give back the older ones it would hold again: start a new cache instead")
+        least = self.sinks + self.window - 1 if len(self) < self.seen else 0
+        if n < least:
+            raise KVLibError(f"this window has dropped {self.seen - len(self)} tokens: crop keeps at least {least} "
+                             f"(its {self.sinks} sinks and the {self.window - 1} the next token reads), or the older "
+                             f"ones it would need again are gone; start a new cache instead")
         self.seen -= len(self) - n
         for layer in self.layers:
             layer.drop(n, layer.length)

@@ -30,7 +30,12 @@ NAMES = ("tiny", "random-gpt2", *HUB_IDS)
 def download_hint(name, *options):
     """The command that fetches `name`, naming this Python: the one kvlib is installed in (a bare `python` in a
     terminal is often another, without kvlib)."""
-    return " ".join([shlex.quote(sys.executable), "-m", "kvlib", "download", name, *options])
+    python = sys.executable
+    if os.name != "nt":
+        python = shlex.quote(python)
+    elif " " in python:  # cmd.exe reads double quotes, not the shell's single ones
+        python = f'"{python}"'
+    return " ".join([python, "-m", "kvlib", "download", name, *options])
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import KVLibError
+from .errors import KVLibError, is_count
 from .kv_cache import causal_mask
 
 
@@ -56,7 +56,7 @@ class BlockAllocator:
         return block
 
     def check(self, block):
-        if not (isinstance(block, int) and 0 <= block < self.n_blocks):
+        if not (is_count(block) and 0 <= block < self.n_blocks):
             raise KVLibError(f"there is no block {block!r}: blocks are numbered 0 to {self.n_blocks - 1}")
 
     def share(self, block):  # one more holder of a block in use
@@ -111,8 +111,8 @@ class PagedKVCache:
     get how many new tokens in the next forward call (`schedule`), and releases them when done."""
 
     def __init__(self, n_layer, n_blocks, block_size=16):
-        if block_size < 1:
-            raise KVLibError("block_size must be at least 1 token")
+        if not is_count(block_size) or block_size < 1:
+            raise KVLibError(f"block_size must be a whole number of tokens, at least 1, not {block_size!r}")
         self.block_size, self.n_blocks = block_size, n_blocks
         self.allocator = BlockAllocator(n_blocks)
         self.layers = [PagedLayer(self) for _ in range(n_layer)]
@@ -146,8 +146,9 @@ class PagedKVCache:
 
     def schedule(self, rows):  # [(sequence id, new tokens)]: what the next forward call's rows are
         for seq_id, n in rows:
-            if seq_id not in self.sequences or n < 1:
-                raise KVLibError(f"schedule known sequences with at least 1 new token each, not {seq_id}: {n}")
+            self.sequence(seq_id)
+            if n < 1:
+                raise KVLibError(f"schedule at least 1 new token for each sequence, not {seq_id}: {n}")
         if len({seq_id for seq_id, _ in rows}) != len(rows):
             raise KVLibError("schedule each sequence at most once per forward call")
         self.rows = list(rows)
@@ -159,7 +160,7 @@ class PagedKVCache:
             raise KVLibError(f"the forward call has {t_new} tokens but {sum(n for _, n in self.rows)} were "
                              "scheduled: call schedule([(sequence, n), ...]) before each call")
         # all or nothing: a full pool refuses the call before any sequence has taken a slot
-        need = sum(self._blocks_needed(self.sequences[seq_id], n) for seq_id, n in self.rows)
+        need = self._blocks_needed()
         if need > len(self.allocator.free):
             self.rows = []
             raise KVLibError(f"this call needs {need} more blocks but {len(self.allocator.free)} of the pool's "
@@ -184,9 +185,17 @@ class PagedKVCache:
         self.rows = []  # each schedule serves one call
         return torch.tensor(positions, device=device), mask
 
-    def _blocks_needed(self, seq, n):  # new blocks for its next n tokens, plus a copy of a shared, part-full last one
-        shared_tail = seq.length % self.block_size and self.allocator.refs[seq.blocks[-1]] > 1
-        return blocks_for(seq.length + n, self.block_size) - len(seq.blocks) + bool(shared_tail)
+    def _blocks_needed(self):  # blocks the scheduled rows will take: _slot_for_next's choices, counted only
+        need, holders = 0, {}  # holders of each shared, part-full last block as the rows before copied it
+        for seq_id, n in self.rows:
+            seq = self.sequences[seq_id]
+            need += blocks_for(seq.length + n, self.block_size) - len(seq.blocks)
+            if seq.length % self.block_size:
+                tail = seq.blocks[-1]
+                holders[tail] = holders.get(tail, self.allocator.refs[tail])
+                if holders[tail] > 1:  # copied: one holder fewer, and the last one writes in place
+                    need, holders[tail] = need + 1, holders[tail] - 1
+        return need
 
     def _slot_for_next(self, seq):  # the pool slot where the sequence's next token goes
         offset = seq.length % self.block_size

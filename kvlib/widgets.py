@@ -13,6 +13,7 @@ from typing import NamedTuple
 import ipywidgets as W
 
 from . import embeddings, plots, pricing, tokenization
+from .errors import KVLibError
 from .generate import check_sampling, generate
 from .memory import forward_macs
 from .trace import Trace
@@ -66,7 +67,7 @@ class Chat(W.VBox):
             room = self.model.config.n_ctx - len(ids)
             check_sampling(self.max_tokens.value, self.temperature.value, None, None)
             if self.max_tokens.value > room:
-                raise ValueError(f"{self.max_tokens.value} tokens do not fit: the prompt holds {len(ids)} of "
+                raise KVLibError(f"{self.max_tokens.value} tokens do not fit: the prompt holds {len(ids)} of "
                                  f"the context's {self.model.config.n_ctx}, so at most {room} can follow. Lower "
                                  f"'Max tokens'.")
         except ValueError as e:

@@ -139,7 +139,7 @@ def test_clear_errors(tiny):
     with pytest.raises(KVLibError, match="context"):
         big = PagedKVCache(tiny.config.n_layer, 99, 16)
         forward_rows(tiny, big, [(big.add(), [1] * (tiny.config.n_ctx + 1))])
-    for not_a_list in ("one prompt, not a list", [5, 6, 7]):  # one prompt's ids are not three prompts
+    for not_a_list in ("one prompt, not a list", [5, 6, 7], torch.tensor([5, 6, 7])):  # one prompt's ids, not three
         with pytest.raises(KVLibError, match="list of prompts"):
             generate_batch(tiny, not_a_list)
     with pytest.raises(KVLibError, match="empty"):
@@ -172,4 +172,20 @@ def test_a_refused_call_changes_nothing(tiny):
     assert held() == before
     logits = forward_rows(tiny, cache, [(a, [8]), (b, [9])])
     for row, ids in enumerate(([1, 2, 3, 4, 8], [5, 6, 7, 9])):
+        assert (logits[row] - tiny.forward(ids)[-1]).abs().max() < 1e-4
+    with pytest.raises(KVLibError, match="block_size must be a whole number"):
+        PagedKVCache(tiny.config.n_layer, 3, block_size=2.5)
+
+
+def test_two_holders_of_a_shared_part_full_block_in_one_call_take_one_copy(tiny):
+    """The first copies the block it shares and writes into the copy; the second is then its only holder and
+    writes in place. So the call needs one free block, not two."""
+    cache = PagedKVCache(tiny.config.n_layer, n_blocks=3, block_size=4)
+    a = cache.add()
+    forward_rows(tiny, cache, [(a, [1, 2, 3, 4, 5, 6])])  # a full block and a half-full one
+    b = cache.add(prefix_of=a)
+    assert cache.allocator.refs == [2, 2, 0]
+    logits = forward_rows(tiny, cache, [(a, [7]), (b, [8])])
+    assert cache.allocator.refs == [2, 1, 1] and cache.allocator.in_use == 3
+    for row, ids in enumerate(([1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 4, 5, 6, 8])):
         assert (logits[row] - tiny.forward(ids)[-1]).abs().max() < 1e-4

@@ -166,11 +166,14 @@ def test_crop_refuses_what_it_cannot_undo(tiny):
     for t in range(12):
         tiny.forward([t], cache=windowed)
     assert windowed.positions().tolist() == [0, 1, 8, 9, 10, 11]
-    # as if 10 tokens had been fed it would hold 0, 1 and 6-9; 6 and 7 are gone (the next query would need 7)
-    with pytest.raises(kvlib.KVLibError, match="dropped 6 tokens"):
+    # back to 10 tokens read, the next token (position 10) would read 7-10 in its window: 7 is gone
+    with pytest.raises(kvlib.KVLibError, match="dropped 6 tokens: crop keeps at least 5"):
         windowed.crop(4)
-    windowed.crop(6)  # forgetting nothing is fine
-    assert windowed.positions().tolist() == [0, 1, 8, 9, 10, 11] and windowed.seen == 12
+    windowed.crop(5)  # back to 11 read: the next token reads 8-11, all held
+    assert windowed.positions().tolist() == [0, 1, 8, 9, 10] and windowed.seen == 11
+    fresh = tiny.new_cache(4, sinks=2)
+    tiny.forward(list(range(11)), cache=fresh)
+    assert (tiny.forward([99], cache=windowed) - tiny.forward([99], cache=fresh)).abs().max() < 1e-4
     plain = tiny.new_cache()
     tiny.forward([1, 2, 3], cache=plain)
     with pytest.raises(kvlib.KVLibError, match="not 2.0"):

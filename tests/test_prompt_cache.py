@@ -272,8 +272,11 @@ def test_bad_input(tiny):
     with pytest.raises(kvlib.KVLibError, match="named by a string, not None"):  # None and "None" must not share blocks
         pc.prefill("To be, or not to be, that is the question", tenant=None)
     explicit = kvlib.PromptCache(tiny, mode="explicit")
-    with pytest.raises(kvlib.KVLibError, match="token count or a list of them, not 3.0"):
-        explicit.prefill("To be, or not to be, that is the question", cache_control=3.0)
+    for not_counts in (3.0, True, "3", [3, 4.0]):
+        with pytest.raises(kvlib.KVLibError, match="token count or a list of them"):
+            explicit.prefill("To be, or not to be, that is the question", cache_control=not_counts)
+    for counts in ({3}, range(3, 4), (3,)):  # any collection of counts
+        assert explicit.spans(9, counts) == [(0, 3)]
     assert explicit.prefill("To be, or not to be, that is the question", cache_control=[3]).receipt.written_tokens == 3
     assert pc.blocks == {}  # the refused request stored nothing
 

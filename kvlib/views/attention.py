@@ -11,6 +11,7 @@ import json
 
 import traitlets as T
 
+from ..errors import KVLibError
 from ..trace import Trace
 from .base import MAX_STATE_BYTES, View, link_for, module, rounded
 
@@ -45,16 +46,16 @@ class AttentionGrid(View):
         prompt_len = n if prompt_len is None else prompt_len
         notes = list(notes or [])
         if not 1 <= prompt_len <= n or notes and len(notes) != n - prompt_len + 1:
-            raise ValueError(f"{n} tokens, prompt_len {prompt_len} and {len(notes)} notes: "
+            raise KVLibError(f"{n} tokens, prompt_len {prompt_len} and {len(notes)} notes: "
                              "give 1 <= prompt_len <= the tokens, and one note per step (or none)")
         if not 0 <= layer < c.n_layer or head != "mean" and not (isinstance(head, int) and 0 <= head < c.n_head):
-            raise ValueError(f"{model.name} has layers 0-{c.n_layer - 1} and heads 0-{c.n_head - 1} "
+            raise KVLibError(f"{model.name} has layers 0-{c.n_layer - 1} and heads 0-{c.n_head - 1} "
                              f"(or head='mean'); got layer {layer!r}, head {head!r}")
         if trace is None:
             trace = Trace()
             model.forward(ids, trace=trace)
         elif trace.layers[0].weights.shape[-1] != n:
-            raise ValueError(f"the trace read {trace.layers[0].weights.shape[-1]} tokens, not these {n}: pass the "
+            raise KVLibError(f"the trace read {trace.layers[0].weights.shape[-1]} tokens, not these {n}: pass the "
                              "Trace of this very run")
         tokens = [model.decode([i]) for i in ids]
         view = cls(title=f"{model.name}: attention over {len(tokens)} tokens" if title is None else title,

@@ -5,6 +5,7 @@ every value on hover. A row just appended slides in and stays marked."""
 
 import traitlets as T
 
+from ..errors import KVLibError
 from .base import View, link_for, module, rounded
 
 HOVER_DIGITS = 4  # what a hover shows; the cells print `digits`
@@ -23,9 +24,9 @@ class Matrix(View):
         """matrix: [T, n] tensor (or nested list), tokens: T strings."""
         values = rounded(matrix, HOVER_DIGITS)
         if not values or not isinstance(values[0], list):
-            raise ValueError("Matrix.of takes a 2-D matrix [tokens, dims]; pass one row per token")
+            raise KVLibError("Matrix.of takes a 2-D matrix [tokens, dims]; pass one row per token")
         if len(values) != len(tokens):
-            raise ValueError(f"{len(tokens)} token labels for {len(values)} rows: pass one label per row")
+            raise KVLibError(f"{len(tokens)} token labels for {len(values)} rows: pass one label per row")
         return cls(title=title, rows=list(tokens), values=values, digits=digits,
                    new_row=new_row if new_row >= 0 else -1, link=link or link_for(list(tokens))).check_size()
 

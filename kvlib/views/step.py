@@ -12,6 +12,7 @@ import torch
 import traitlets as T
 
 from ..cache_evidence import cached_step
+from ..errors import KVLibError
 from .base import View, link_for, module, rounded
 
 PARTS = ["q", "K", "scores", "mask", "weights", "V", "out"]
@@ -45,7 +46,7 @@ class DecodeStep(View):
         """q [1, hs], K and V [S, hs] with the new token's row last."""
         q, K, V = (torch.as_tensor(x, dtype=torch.float64) for x in (q, K, V))
         if q.shape != (1, K.shape[1]) or K.shape != V.shape or K.shape[0] != len(tokens):
-            raise ValueError(f"a step needs q [1, hs] and K, V [S, hs] for S = {len(tokens)} tokens; got "
+            raise KVLibError(f"a step needs q [1, hs] and K, V [S, hs] for S = {len(tokens)} tokens; got "
                              f"{tuple(q.shape)}, {tuple(K.shape)}, {tuple(V.shape)}")
         scores, mask, weights, out = attend(q, K, V)
         parts = dict(q=q, K=K, scores=scores, mask=mask, weights=weights, V=V, out=out)
@@ -63,7 +64,7 @@ class DecodeStep(View):
         trace, cache, token = cached_step(model, prompt)
         c = model.config
         if not (0 <= layer < c.n_layer and 0 <= head < c.n_head):
-            raise ValueError(f"{model.name} has layers 0–{c.n_layer - 1} and heads 0–{c.n_head - 1}")
+            raise KVLibError(f"{model.name} has layers 0–{c.n_layer - 1} and heads 0–{c.n_head - 1}")
         kv = head // (c.n_head // c.n_kv_head)  # grouped heads: query head `head` reads this K/V head
         t, held = trace.layers[layer], cache.layers[layer]
         ids = model.check_ids(prompt).tolist() + [token]
