@@ -186,26 +186,25 @@ class Lookup(App):
         self.update()
 
     def update(self):
+        try:  # the new view is built before the old one goes: a text it cannot show leaves a message, not a gap
+            info, view = self.build()
+        except ValueError as e:
+            info, view = _error(e), None
         if self.view is not None:
             self.view.close()
-        self.view = None
-        try:
-            ids = self.model.check_ids(self.text.value).tolist()
-        except ValueError as e:
-            self.info.value = _error(e)
-            self.children = self.children[:2]
-            return
+        self.info.value, self.view = info, view
+        self.children = [*self.children[:2], *([view] if view is not None else [])]
+
+    def build(self):  # -> (the line above the view, the view)
+        ids = self.model.check_ids(self.text.value).tolist()
         if self.mode.value == "token ids":
-            self.info.value = ""
-            self.view = TokenStrip.of(self.model, self.text.value,
-                                      title=f"{len(ids)} token ids, each a row number in the embedding table")
-        else:
-            table, rows = embeddings.table(self.model), embeddings.lookup(self.model, ids).cpu()
-            self.info.value = (f"{len(ids)} rows picked from the table of shape {tuple(table.shape)} "
-                               f"(vocabulary × dimensions, {table.numel():,} parameters): the result has shape "
-                               f"{tuple(rows.shape)}. Hover a row for all its numbers.")
-            self.view = Matrix.of(rows, [self.model.decode([i]) for i in ids], "embedding rows (one per token)")
-        self.children = [*self.children[:2], self.view]
+            return "", TokenStrip.of(self.model, self.text.value,
+                                     title=f"{len(ids)} token ids, each a row number in the embedding table")
+        table, rows = embeddings.table(self.model), embeddings.lookup(self.model, ids).cpu()
+        info = (f"{len(ids)} rows picked from the table of shape {tuple(table.shape)} "
+                f"(vocabulary × dimensions, {table.numel():,} parameters): the result has shape "
+                f"{tuple(rows.shape)}. Hover a row for all its numbers.")
+        return info, Matrix.of(rows, [self.model.decode([i]) for i in ids], "embedding rows (one per token)")
 
 
 class EmbeddingSpace(App):

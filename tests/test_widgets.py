@@ -99,6 +99,10 @@ def test_lookup_rows_are_the_table_rows(tiny):
     assert "empty" in app.info.value and app.view is None and len(app.children) == 2
     app.text.value = "lamb"
     assert app.view.rows == [tiny.decode([i]) for i in tiny.encode("lamb")] and "⚠" not in app.info.value
+    app.text.value = " the" * 500  # fits the context, but its rows are too many numbers for one view
+    assert "would send" in app.info.value and app.view is None and len(app.children) == 2
+    app.text.value = "lamb"
+    assert app.children[-1] is app.view and app.view.rows == [tiny.decode([i]) for i in tiny.encode("lamb")]
 
 
 @pytest.mark.parametrize("dims", [1, 2, 3])
