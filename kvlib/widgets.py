@@ -62,10 +62,15 @@ class Chat(W.VBox):
                           self.answer, self.status])
 
     def start(self):
+        if self._thread is not None and self._thread.is_alive():  # a second click before the button greyed out
+            return
         try:
             ids = self.model.check_ids(self.prompt.value)
             room = self.model.config.n_ctx - len(ids)
             check_sampling(self.max_tokens.value, self.temperature.value, None, None)
+            if room < 1:
+                raise KVLibError(f"the prompt fills all {self.model.config.n_ctx} tokens of the context: shorten it "
+                                 f"so an answer fits")
             if self.max_tokens.value > room:
                 raise KVLibError(f"{self.max_tokens.value} tokens do not fit: the prompt holds {len(ids)} of "
                                  f"the context's {self.model.config.n_ctx}, so at most {room} can follow. Lower "

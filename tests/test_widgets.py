@@ -33,6 +33,9 @@ def test_chat_streams_the_same_tokens_as_transformers_greedy(tiny, hf_tiny):
 def test_chat_stop_button_ends_generation(tiny):
     chat = widgets.Chat(tiny, max_new_tokens=400)
     chat.send.click()
+    running = chat._thread
+    chat.send.click()  # a second click while it runs (before the button greys out, in a browser) starts nothing
+    assert chat._thread is running
     chat.stop.click()
     chat.wait(60)
     assert chat.last.stop_reason == "stopped by on_token" and len(chat.last.ids) < 400
@@ -42,6 +45,7 @@ def test_chat_stop_button_ends_generation(tiny):
     ("", 10, "empty"),
     ("to be " * 400, 10, "context"),
     ("ROMEO.", 10**6, "Lower 'Max tokens'"),
+    (" the" * 512, 1, "shorten it so an answer fits"),  # 512 tokens: the whole context, no room for one more
 ])
 def test_chat_shows_bad_input_in_place_and_keeps_working(tiny, hf_tiny, prompt, max_tokens, words):
     chat = widgets.Chat(tiny)
