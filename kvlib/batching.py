@@ -25,13 +25,14 @@ def forward_rows(model, cache, rows):  # rows [(sequence id, [ids])] -> logits [
     of each sequence's last new token (the one that picks its next token)."""
     if not rows:
         raise KVLibError("forward_rows needs at least one row: [(sequence id, [ids]), ...]")
-    # every row checked (within the context, ids in the vocabulary) before any sequence takes a slot
+    # every row checked (ids in the vocabulary, a text encoded; within the context) before any sequence takes a slot
+    rows = [(seq_id, model.check_ids(seq_ids)) for seq_id, seq_ids in rows]
     for seq_id, seq_ids in rows:
         if cache.sequence(seq_id).length + len(seq_ids) > model.config.n_ctx:
             raise KVLibError(f"sequence {seq_id} would hold {cache.sequence(seq_id).length + len(seq_ids)} tokens, "
                              f"past {model.name}'s context of {model.config.n_ctx}: release it and start anew")
-    ids = torch.cat([model.check_ids(seq_ids) for _, seq_ids in rows])  # [T]
     cache.schedule([(seq_id, len(seq_ids)) for seq_id, seq_ids in rows])
+    ids = torch.cat([seq_ids for _, seq_ids in rows])  # [T]
     if len(rows) == 1:  # one sequence (a prefill, or a batch of one): only its last row needs the output head
         return model.family.forward(ids, model.params, model.config, cache, last_only=True)
     last = torch.tensor([len(seq_ids) for _, seq_ids in rows], device=model.device).cumsum(0) - 1  # [len(rows)]

@@ -154,6 +154,21 @@ def test_bad_requests_are_refused_with_a_hint(tiny, stream):
         serving.serve(tiny, [too_long])
     with pytest.raises(KVLibError, match="give a larger n_blocks"):
         serving.serve(tiny, stream, block_size=4, n_blocks=2)
+    with pytest.raises(KVLibError, match="give a larger n_blocks"):  # 0 is no pool, not the default one
+        serving.serve(tiny, stream, n_blocks=0)
+    for block_size in (0, -1, 2.5):
+        with pytest.raises(KVLibError, match="block_size is a whole number"):
+            serving.serve(tiny, stream, block_size=block_size)
+    with pytest.raises(KVLibError, match="max_batch of at least 1, not 2.5"):
+        serving.serve(tiny, stream, max_batch=2.5)
+    text = "To be, or not to be, that is the question: " * 10  # 450 characters, far fewer tokens
+    with pytest.raises(KVLibError, match="model.encode"):
+        serving.serve(tiny, [serving.Request("T", text, 5)])
+    with pytest.raises(KVLibError, match="at least 1 round"):
+        serving.side_by_side(tiny, stream, repeats=0)
+    for n, max_len in ((0, None), (3, 0), (3, 10**6)):
+        with pytest.raises(KVLibError, match="request_stream makes"):
+            serving.request_stream(tiny, n, max_len=max_len)
 
 
 # a system prompt of 37 tokens in blocks of 8: 4 full blocks shared, the 5th partly filled (5 tokens), so every
@@ -189,5 +204,10 @@ def test_a_shared_system_prompt_holds_its_blocks_once(tiny, hf_tiny, system, blo
 def test_shared_prefix_refuses_what_does_not_fit(tiny):
     with pytest.raises(KVLibError, match="at least one user"):
         serving.serve_shared_prefix(tiny, "You are Puck.", [])
+    for one_user in ("Hello there", [5, 6, 7]):  # not 11 users of a character, or 3 of one token
+        with pytest.raises(KVLibError, match="not one text or one id list"):
+            serving.serve_shared_prefix(tiny, "You are Puck.", one_user)
+    with pytest.raises(KVLibError, match="block_size is a whole number"):
+        serving.shared_blocks(100, [120] * 4, 0)
     with pytest.raises(KVLibError, match="context of 512"):
         serving.serve_shared_prefix(tiny, [1] * 500, [[2] * 10], max_new_tokens=5)
