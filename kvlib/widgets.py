@@ -228,9 +228,13 @@ class EmbeddingSpace(App):
 
     def update_neighbours(self):
         try:
-            pairs = embeddings.neighbours(self.model, self.word.value)
-            self.neighbour_view.value = "nearest tokens (cosine similarity): " + ", ".join(
-                f"<code>{html.escape(repr(t))}</code> {s:.2f}" for t, s in pairs)
+            word, pairs = self.word.value.strip(), embeddings.neighbours(self.model, self.word.value)
+            token = self.model.decode([embeddings.token_of(self.model, word)])
+            # a word the tokenizer splits is looked up by its first piece: say so, or 'M' passes for 'Montague'
+            split = "" if token.strip() == word else f" (the first piece of {word!r}, which the tokenizer splits)"
+            self.neighbour_view.value = (f"nearest tokens to <code>{html.escape(repr(token))}</code>{html.escape(split)}"
+                                         " (cosine similarity): " + ", ".join(
+                                             f"<code>{html.escape(repr(t))}</code> {s:.2f}" for t, s in pairs))
         except ValueError as e:
             self.neighbour_view.value = _error(e)
 

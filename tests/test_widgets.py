@@ -1,5 +1,7 @@
 """The notebook apps, driven headless: set values, click, and check what they produced."""
 
+import html
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -120,7 +122,13 @@ def test_embedding_space_shows_the_map_from_the_requested_dimension(tiny, dims):
     app.word.value = ""
     assert "type a word" in app.neighbour_view.value
     app.word.value = "queen"
-    assert "cosine" in app.neighbour_view.value
+    shown = app.neighbour_view.value
+    assert "nearest tokens to <code>&#x27; queen&#x27;</code> (cosine" in shown and "piece" not in shown
+    assert all(f"{html.escape(repr(t))}</code> {s:.2f}" in shown for t, s in embeddings.neighbours(tiny, "queen"))
+    app.word.value = "Montague"  # split by tiny's tokenizer: its first piece is what is looked up, and said to be
+    piece = tiny.decode([embeddings.token_of(tiny, "Montague")])
+    assert len(tiny.encode("Montague")) > 1 and f"to <code>{html.escape(repr(piece))}</code> (the first piece of" \
+        in app.neighbour_view.value
 
 
 def test_families_come_from_the_models_vocabulary(tiny):
