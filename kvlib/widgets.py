@@ -13,7 +13,7 @@ from typing import NamedTuple
 import ipywidgets as W
 
 from . import embeddings, plots, pricing, tokenization
-from .errors import KVLibError
+from .errors import KVLibError, is_count
 from .generate import check_sampling, generate
 from .memory import forward_macs
 from .trace import Trace
@@ -277,6 +277,10 @@ class GridFilling(App):
     step, in the browser (views.AttentionGrid)."""
 
     def __init__(self, model, prompt="Mary had a little", new_tokens=8):
+        room = model.config.n_ctx - len(model.check_ids(prompt)) + 1  # the last token made is never fed back
+        if not is_count(new_tokens) or not 1 <= new_tokens <= room:
+            raise KVLibError(f"the grid fills 1 to {room} new tokens after this prompt in {model.name}'s context "
+                             f"of {model.config.n_ctx}, not {new_tokens!r}: shorten the prompt or ask for fewer")
         gen = generate(model, prompt, new_tokens, stop_at_eos=False)
         self.prompt_len = len(gen.prompt_ids)
         n = lambda s: self.prompt_len + s  # tokens fed at step s
@@ -354,12 +358,15 @@ class PromptCacheStream(App):
             self.status.value = "All requests sent. Fast-forward the clock or build a new stream."
             return
         label, tenant, prompt, mark = self.requests[len(self.results)]
-        if self.results and hasattr(self.pc.clock, "now"):
+        moved = bool(self.results) and hasattr(self.pc.clock, "now")
+        if moved:
             self.pc.clock.now += self.seconds_between  # requests arrive over time, so "least recently used" means something
         events = len(self.pc.events)
         try:
             res = self.pc.prefill(prompt, tenant=tenant, cache_control=mark)
-        except ValueError as e:
+        except ValueError as e:  # refused before the cache read its clock: this request never arrived
+            if moved:
+                self.pc.clock.now -= self.seconds_between
             self.status.value = _error(e)
             return
         gone = [e for e in self.pc.events[events:] if e.kind in ("expire", "evict")]

@@ -436,6 +436,19 @@ def test_stream_prices_rows_evicts_under_a_budget_and_reads_fully(tiny):
     assert "4 blocks expired" in app.status.value and "holds 0" in app.status.value
 
 
+def test_a_refused_request_in_the_stream_leaves_the_clock_where_it_was(tiny):
+    from kvlib import pricing, widgets
+    from kvlib.prompt_cache import ManualClock
+    pc = kvlib.PromptCache(tiny, block_size=16, mode="explicit", clock=ManualClock())
+    requests = [("fine", "acme", ids(40, 1), 32), ("bad mark", "acme", ids(40, 2), 99)]  # 99: past its 40 tokens
+    app = widgets.PromptCacheStream(pc, requests, pricing.PRICING["anthropic-5m"])
+    app.send()
+    for _ in range(40):  # clicked again and again: 40 refusals would once have moved the clock past the TTL
+        app.send()
+    assert "⚠" in app.status.value and "must fall inside" in app.status.value
+    assert pc.clock() == 0 and len(app.results) == 1 and len(pc.blocks) == 1  # the one marked prefix
+
+
 def memory_bytes(model):
     from kvlib import memory
     return memory.model_kv_bytes_per_token(model.config)
