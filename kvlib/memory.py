@@ -11,7 +11,7 @@ KV heads (Llama family) shrink both the cache and the K and V projections.
 import bisect
 from dataclasses import dataclass, replace
 
-from .errors import KVLibError
+from .errors import KVLibError, is_count
 from .models import FAMILIES, Config
 from .texttable import text_table
 
@@ -207,12 +207,16 @@ def as_config(arch):
 
 def kv_bytes_per_layer(arch, context, bytes_per_number=2):
     """Bytes each layer's cache holds after `context` tokens (a local layer keeps at most its window)."""
+    if not is_count(context) or context < 0:
+        raise KVLibError(f"a context is a whole number of tokens, 0 or more, not {context!r}")
     per_token = arch.numbers_per_token_per_layer * bytes_per_number
     return [per_token * (min(context, arch.window) if local else context) for local in arch.local_layers]
 
 
 def kv_bytes(arch, context, batch=1, bytes_per_number=2):
     """Bytes of the whole cache: every layer, every sequence of the batch."""
+    if not is_count(batch) or batch < 1:
+        raise KVLibError(f"a batch is a whole number of sequences, at least 1, not {batch!r}")
     return batch * sum(kv_bytes_per_layer(arch, context, bytes_per_number))
 
 

@@ -402,6 +402,10 @@ def _gb(nbytes):
     return f"{nbytes / 1e9:,.2f} GB"
 
 
+def _offer(values):  # "1 to 64" for a range, else the values in a list
+    return f"{values[0]} to {values[-1]}" if isinstance(values, range) else ", ".join(map(repr, values))
+
+
 class KVCalculator(W.VBox):
     """Size the KV cache of a real model from its architecture: pick a model, a number format, a context
     and a batch; read the bytes per layer, per sequence and per batch beside the memory of common GPUs."""
@@ -409,6 +413,11 @@ class KVCalculator(W.VBox):
     def __init__(self, model="Llama-3-8B", dtype="bf16 / fp16 (2 bytes)", context=131072, batch=1):
         from . import memory
         self.memory = memory
+        # the sliders would clamp a batch or refuse a context with a traitlets error: say what they offer instead
+        for name, value, offered in (("model", model, list(memory.CATALOGUE)), ("dtype", dtype, list(DTYPE_BYTES)),
+                                     ("context", context, CONTEXTS), ("batch", batch, range(1, 65))):
+            if value not in offered:
+                raise KVLibError(f"the calculator offers {name} {_offer(offered)}, not {value!r}")
         self.model = W.Dropdown(options=list(memory.CATALOGUE), value=model, description="Model")
         self.dtype = W.Dropdown(options=list(DTYPE_BYTES), value=dtype, description="Numbers",
                                 layout=W.Layout(width="auto"))

@@ -21,6 +21,9 @@ def test_every_entry_names_its_source_and_date():
 def test_bytes_per_token_by_hand(name):
     assert memory.kv_bytes(memory.CATALOGUE[name], 1) == KB[name]
     assert memory.kv_bytes(memory.CATALOGUE[name], 1000, batch=3) == 3000 * KB[name]
+    for context, batch in ((-5, 1), (1.5, 1), (10, 0), (10, -2)):
+        with pytest.raises(KVLibError, match="a context is|a batch is"):
+            memory.kv_bytes(memory.CATALOGUE[name], context, batch)
 
 
 def test_sliding_windows_bound_only_their_layers():

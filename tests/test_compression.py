@@ -126,6 +126,9 @@ def test_quantized_kv_bytes_from_the_layout(tiny):
     # the newest GROUP tokens kept in fp32, the older GROUP quantized
     recent = compression.quantized_kv(tiny, ids, 4, recent=GROUP)
     assert recent.bytes_per_token == numbers * (GROUP * (0.5 + 4 / GROUP) + GROUP * 4) / (2 * GROUP)
+    for bad in (-GROUP, 2.5):  # -GROUP counted more tokens quantized than held: negative bytes
+        with pytest.raises(kvlib.KVLibError, match="recent is the number of newest tokens"):
+            compression.quantized_kv(tiny, ids, 4, recent=bad)
 
 
 def test_an_unquantized_cache_is_the_baseline(tiny, ids):

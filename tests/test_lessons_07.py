@@ -95,6 +95,9 @@ def test_calculator_shows_errors_in_place_and_recovers(monkeypatch):
     monkeypatch.undo()
     calc.batch.value = 3
     assert "⚠" not in calc.info.value and calc.shown_bytes == 3 * 17_179_869_184  # Llama-3-8B, 131,072 tokens x 3
+    for setting, words in (({"batch": 128}, "batch 1 to 64, not 128"), ({"context": 100_000}, "not 100000")):
+        with pytest.raises(KVLibError, match=words):  # the sliders would clamp it, or fail in traitlets' words
+            widgets.KVCalculator(**setting)
 
 
 def test_plots():
