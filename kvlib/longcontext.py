@@ -11,9 +11,9 @@ from contextlib import contextmanager
 import torch
 
 from . import memory
+from .errors import KVLibError, is_count
 from .gpt2 import fused_attention
 from .measure import random_ids, timed
-from .models import KVLibError
 from .texttable import text_table
 
 ATTENTION = "attention (scores and mixing)"
@@ -35,6 +35,11 @@ def one_thread():
         torch.set_num_threads(before)
 
 
+def check_repeats(repeats):  # the fastest of 0 repeats would be an infinite time
+    if not is_count(repeats) or repeats < 1:
+        raise KVLibError(f"repeats is how many timed rounds to keep the fastest of, at least 1, not {repeats!r}")
+
+
 def step_seconds_by_context(model, lengths, repeats=5, seed=0):
     """Seconds of one cached decode step (one token fed) after each number of cached tokens in `lengths`.
 
@@ -46,6 +51,7 @@ def step_seconds_by_context(model, lengths, repeats=5, seed=0):
     if not lengths or lengths[0] < 1 or lengths[-1] >= model.config.n_ctx:
         raise KVLibError(f"lengths must lie between 1 and {model.config.n_ctx - 1} ({model.name}'s context "
                          f"{model.config.n_ctx} minus the token fed); got {lengths}")
+    check_repeats(repeats)
     ids = random_ids(model, lengths[-1] + 1, seed)
     best = [float("inf")] * len(lengths)
     with torch.inference_mode(), one_thread():
@@ -87,13 +93,13 @@ def _size(nbytes):
 def kv_table(names, contexts=(8192, 131072, 1048576), bytes_per_number=2):
     """A text table: each catalogued model's KV cache for one sequence at each context, beside its weights."""
     rows = [[name] + [_size(memory.kv_bytes(arch, n, 1, bytes_per_number)) for n in contexts]
-            + [_size(memory.all_weight_bytes(arch, bytes_per_number))] for name, arch in zip(names, map(memory.CATALOGUE.get, names))]
+            + [_size(memory.all_weight_bytes(arch, bytes_per_number))] for name, arch in zip(names, map(memory.architecture, names))]
     return text_table(["model"] + [f"{n:,} tokens" for n in contexts] + ["weights"], rows)
 
 
 def mistakes_table(name, context, bytes_per_number=2):
     """A text table of the classic wrong estimates of one catalogued model's cache, against the right one."""
-    wrong = memory.mistakes(memory.CATALOGUE[name], context, bytes_per_number)
+    wrong = memory.mistakes(memory.architecture(name), context, bytes_per_number)
     if not wrong:
         return f"{name}: none of the classic mistakes applies"
     right = next(iter(wrong.values()))[1]
@@ -112,6 +118,9 @@ def cache_read_seconds(model, lengths, repeats=5, seed=0):
     the model's context: this is the part of a step that grows with the cache, timed alone. As in
     step_seconds_by_context, the lengths take turns (after an untimed round) and the fastest is kept."""
     c, g, lengths = model.config, torch.Generator().manual_seed(seed), sorted(int(n) for n in lengths)
+    if not lengths or lengths[0] < 1:
+        raise KVLibError(f"a cache holds at least 1 token: give lengths of 1 or more, not {lengths}")
+    check_repeats(repeats)
     rand = lambda *shape: torch.randn(*shape, generator=g).to(model.device)
     q = rand(c.n_head, 1, c.head_dim)  # [nh, 1, hs]: the new token's queries
     caches = [(rand(c.n_kv_head, n, c.head_dim), rand(c.n_kv_head, n, c.head_dim), torch.zeros(1, n, device=model.device))

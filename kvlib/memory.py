@@ -193,6 +193,12 @@ def of_model(model):
                         source="the loaded model", date="live")
 
 
+def architecture(name):  # -> the catalogue's entry for a model's name
+    if name not in CATALOGUE:
+        raise KVLibError(f"{name!r} is not in the catalogue: pick one of {', '.join(CATALOGUE)}")
+    return CATALOGUE[name]
+
+
 def as_config(arch):
     """A catalogued architecture as a kvlib Config, to count its multiply-adds without loading weights
     (only for entries that give a vocabulary, a feed-forward width and a kvlib family)."""

@@ -90,3 +90,8 @@ def test_the_new_plots_return_figures_and_check_shapes(tiny):
         plots.temperature_bars(["a", "b"], (0.5, 1), [[0.9, 0.1]])
     with pytest.raises(ValueError, match="one row per tokenizer"):
         plots.token_ratios(["English"], ["GPT-2", "GPT-4"], [[1.0]])
+
+
+def test_costs_are_counted_in_a_baseline_that_has_tokens(tiny):
+    with pytest.raises(kvlib.KVLibError, match="and not empty"):
+        tokenization.costs(tokenization.available(tiny), {"English": "", "French": "Bonjour"})

@@ -146,3 +146,13 @@ def test_one_thread_restores_the_thread_count():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_lesson_tables_and_timings_refuse_what_they_cannot_measure(tiny):
+    for table in (lambda: longcontext.kv_table(["Llama-3-8B", "GPT-9"]), lambda: longcontext.mistakes_table("GPT-9", 8192)):
+        with pytest.raises(KVLibError, match="'GPT-9' is not in the catalogue: pick one of GPT-2 small"):
+            table()
+    with pytest.raises(KVLibError, match="at least 1, not 0"):  # the fastest of no rounds: an infinite time
+        longcontext.step_seconds_by_context(tiny, [8], repeats=0)
+    with pytest.raises(KVLibError, match="lengths of 1 or more"):
+        longcontext.cache_read_seconds(tiny, [-4])
