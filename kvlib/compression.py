@@ -114,7 +114,7 @@ def grouped_params(model, n_kv_head):
     if c.arch != "gpt2" or c.n_kv_head != c.n_head:  # it averages GPT-2's fused c_attn, one K/V head per query
         raise KVLibError(f"grouped_kv converts a GPT-2-family model (one K/V head per query head); {model.name} "
                          f"is a {c.arch} model with {c.n_kv_head} K/V heads for {c.n_head}")
-    if not isinstance(n_kv_head, int) or n_kv_head < 1 or c.n_head % n_kv_head:
+    if not is_count(n_kv_head) or n_kv_head < 1 or c.n_head % n_kv_head:
         raise KVLibError(f"n_kv_head must divide {model.name}'s {c.n_head} heads (e.g. {c.n_head // 2}), "
                          f"not {n_kv_head!r}")
     group, C = c.n_head // n_kv_head, c.n_embd

@@ -149,8 +149,9 @@ class KVCache:
     None keeps every token."""
 
     def __init__(self, n_layer, window=None, sinks=0):
-        if window is not None and (window < 1 or sinks < 0):
-            raise KVLibError(f"window must be at least 1 token and sinks 0 or more, not {window}, {sinks}")
+        if window is not None and not (is_count(window) and window >= 1 and is_count(sinks) and sinks >= 0):
+            raise KVLibError(f"window must be a whole number of tokens, at least 1, and sinks 0 or more, "
+                             f"not {window!r}, {sinks!r}")
         self.layers = [LayerCache() for _ in range(n_layer)]
         self.window, self.sinks = window, sinks
         self.seen = 0  # tokens that went through the model: the next one's position
