@@ -43,6 +43,16 @@ def pool_blocks(lengths, block_size):  # the blocks that hold sequences of these
     return sum(blocks_for(n, block_size) for n in lengths)
 
 
+def prompt_list(prompts, who, what="prompts"):  # -> the prompts as a list: texts or id lists, not one prompt
+    one = isinstance(prompts, (str, torch.Tensor))  # a text, or one prompt's ids as a tensor
+    prompts = [] if one else list(prompts)
+    if one or not all(isinstance(p, str) or hasattr(p, "__len__") for p in prompts):
+        raise KVLibError(f"{who} takes a list of {what} (texts or id lists), not one prompt: for one prompt's ids, [ids]")
+    if not prompts:
+        raise KVLibError(f"{who} takes a list of {what} (texts or id lists), at least one")
+    return prompts
+
+
 def generate_batch(model, prompts, max_new_tokens=20, temperature=0.0, top_k=None, top_p=None, seed=None,
                    stop_at_eos=True, block_size=16):
     """Continue every prompt (texts or id lists) together; one Generation each, in order.
@@ -53,11 +63,7 @@ def generate_batch(model, prompts, max_new_tokens=20, temperature=0.0, top_k=Non
     the others go on. gen.step_seconds holds the time of every step the sequence took part in,
     its prefill first."""
     check_sampling(max_new_tokens, temperature, top_k, top_p)
-    one = isinstance(prompts, (str, torch.Tensor))  # a text, or one prompt's ids as a tensor
-    if one or not prompts or any(not isinstance(p, str) and not hasattr(p, "__len__") for p in prompts):
-        raise KVLibError("generate_batch takes a list of prompts (texts or id lists), at least one; for one prompt's "
-                         "ids, [ids]")
-    prompt_ids = [model.check_ids(p).tolist() for p in prompts]
+    prompt_ids = [model.check_ids(p).tolist() for p in prompt_list(prompts, "generate_batch")]
     gens = [Generation(prompt_ids=ids) for ids in prompt_ids]
     generators = [torch.Generator().manual_seed(seed + i) if seed is not None else None for i in range(len(gens))]
     lengths = [min(len(ids) + max_new_tokens, model.config.n_ctx) for ids in prompt_ids]

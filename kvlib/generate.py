@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import KVLibError
+from .errors import KVLibError, check_count
 from .kv_cache import KVCache
 
 
@@ -43,8 +43,7 @@ def sample(logits, temperature=0.0, top_k=None, top_p=None, generator=None):  # 
 
 
 def check_sampling(max_new_tokens, temperature, top_k, top_p):
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise KVLibError(f"max_new_tokens must be a whole number of at least 1, not {max_new_tokens!r}")
+    check_count(max_new_tokens, "max_new_tokens")
     if temperature < 0:
         raise KVLibError("temperature must be 0 (greedy) or more")
     if top_k is not None and top_k < 1:

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import torch
 
 from . import memory
-from .errors import KVLibError, is_count
+from .errors import KVLibError, check_count
 from .gpt2 import fused_attention
 from .measure import random_ids, timed
 from .texttable import text_table
@@ -36,8 +36,7 @@ def one_thread():
 
 
 def check_repeats(repeats):  # the fastest of 0 repeats would be an infinite time
-    if not is_count(repeats) or repeats < 1:
-        raise KVLibError(f"repeats is how many timed rounds to keep the fastest of, at least 1, not {repeats!r}")
+    check_count(repeats, "repeats (timed rounds, the fastest kept)")
 
 
 def step_seconds_by_context(model, lengths, repeats=5, seed=0):

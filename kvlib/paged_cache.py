@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import KVLibError, is_count
+from .errors import KVLibError, check_count, is_count
 from .kv_cache import causal_mask
 
 
@@ -39,8 +39,7 @@ class BlockAllocator:
     at the start of the pool (attention here reads the pool up to the last block in use)."""
 
     def __init__(self, n_blocks):
-        if n_blocks < 1:
-            raise KVLibError("a pool needs at least 1 block")
+        check_count(n_blocks, "a pool's n_blocks")
         self.n_blocks = n_blocks
         self.free = list(range(n_blocks))  # sorted, so already a heap
         self.refs = [0] * n_blocks         # holders of each block
@@ -111,8 +110,7 @@ class PagedKVCache:
     get how many new tokens in the next forward call (`schedule`), and releases them when done."""
 
     def __init__(self, n_layer, n_blocks, block_size=16):
-        if not is_count(block_size) or block_size < 1:
-            raise KVLibError(f"block_size must be a whole number of tokens, at least 1, not {block_size!r}")
+        check_count(block_size, "block_size (tokens per block)")
         self.block_size, self.n_blocks = block_size, n_blocks
         self.allocator = BlockAllocator(n_blocks)
         self.layers = [PagedLayer(self) for _ in range(n_layer)]

@@ -18,7 +18,7 @@ and an answer of n tokens lives n + 1 steps, holding p, p + 1, ..., p + n tokens
 
 import random
 
-from .models import KVLibError
+from .errors import KVLibError, check_count
 from .paged_cache import blocks_for
 
 
@@ -27,8 +27,10 @@ def request_lengths(n, seed=0, max_len=2048, scale=1.0):
 
     Prompts and answers are log-normal (many short, a few long), as in chat traffic. scale multiplies
     both (0.1: a median prompt of ~15 tokens and answer of ~9, for a small model's short context)."""
-    if n < 1 or max_len < 2 or scale <= 0:
-        raise KVLibError("ask for at least 1 request, with max_len of at least 2 tokens and a scale above 0")
+    check_count(n, "n (requests)")
+    check_count(max_len, "max_len (tokens of a request)", least=2)
+    if scale <= 0:
+        raise KVLibError(f"scale multiplies the lengths: give one above 0, not {scale!r}")
     rng = random.Random(seed)
     out = []
     for _ in range(n):

@@ -37,6 +37,7 @@ never expires before its children. Tenants never share blocks unless
 """
 
 import hashlib
+import numbers
 import threading
 import time
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from typing import NamedTuple
 
 import torch
 
-from .errors import KVLibError, is_count
+from .errors import KVLibError, check_count, is_count
 from .generate import check_sampling, generate
 
 MODES = ("automatic", "explicit")
@@ -147,16 +148,25 @@ def stretches(blocks):  # -> [[run, start, end]]: consecutive blocks of one run 
     return out
 
 
+def is_number(x):  # a real number (numpy's too), not a bool
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def collection(x):  # -> x's items, or [x] when it is not a collection (so a lone 3.0 is checked as one mark)
+    try:
+        return list(x)
+    except TypeError:
+        return [x]
+
+
 class PromptCache:
     def __init__(self, model, block_size=16, max_bytes=None, ttl_seconds=300, clock=None,
                  share_across_tenants=False, mode="automatic", min_tokens=0):
-        if not is_count(block_size) or block_size < 1:
-            raise KVLibError(f"block_size must be a whole number of tokens, at least 1, not {block_size!r}")
-        if max_bytes is not None and not (isinstance(max_bytes, (int, float)) and max_bytes >= 0):
+        check_count(block_size, "block_size (tokens per block)")
+        if max_bytes is not None and not (is_number(max_bytes) and max_bytes >= 0):
             raise KVLibError(f"max_bytes must be a number of bytes, 0 or more (or None: no limit), not {max_bytes!r}")
-        if not (isinstance(ttl_seconds, (int, float)) and ttl_seconds > 0):
-            raise KVLibError(f"ttl_seconds must be a number of seconds above 0 (float('inf'): never expires), "
-                             f"not {ttl_seconds!r}")
+        if not (is_number(ttl_seconds) and ttl_seconds > 0):
+            raise KVLibError(f"ttl_seconds must be a number of seconds above 0, not {ttl_seconds!r}")
         if mode not in MODES:
             raise KVLibError(f"mode must be one of {MODES}, not {mode!r}")
         if min_tokens < 0:
@@ -197,9 +207,9 @@ class PromptCache:
                                  "mode='automatic' cuts every prompt into blocks by itself")
             ends = list(range(self.block_size, n, self.block_size)) if n >= self.min_tokens else []
         else:
-            one = is_count(cache_control) or isinstance(cache_control, (str, bytes, float, bool))
-            marks = [cache_control] if one else list(cache_control or ())  # one mark, or any collection of them
-            if not all(map(is_count, marks)):
+            marks = [] if cache_control is None else [cache_control] if is_count(cache_control) else \
+                collection(cache_control)
+            if isinstance(cache_control, str) or not all(map(is_count, marks)):
                 raise KVLibError(f"cache_control is a token count or a list of them, not {cache_control!r}")
             marks = sorted({int(m) for m in marks})  # numpy ints become plain ones
             if len(marks) > MAX_BREAKPOINTS:

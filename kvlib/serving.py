@@ -39,10 +39,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from .batching import forward_rows
-from .errors import KVLibError, is_count
+from .batching import forward_rows, prompt_list
+from .errors import KVLibError, check_count, is_count
 from .generate import sample
-from .longcontext import one_thread
+from .longcontext import check_repeats, one_thread
 from .measure import random_ids
 from .memory import model_kv_bytes_per_token
 from .paged_cache import PagedKVCache, blocks_for
@@ -147,16 +147,10 @@ def request_stream(model, n, seed=0, scale=0.1, max_len=None):
     token ids of the model's vocabulary (measure.random_ids), the same for the same seed."""
     if max_len is None:
         max_len = model.config.n_ctx
-    if not (is_count(n) and n >= 1 and is_count(max_len) and 2 <= max_len <= model.config.n_ctx):
-        raise KVLibError(f"request_stream makes n >= 1 requests of max_len 2 to {model.config.n_ctx} tokens "
-                         f"({model.name}'s context), not n={n!r}, max_len={max_len!r}")
+    if max_len > model.config.n_ctx:  # request_lengths checks the rest
+        raise KVLibError(f"max_len {max_len} is past {model.name}'s context of {model.config.n_ctx}")
     lengths = request_lengths(n, seed, max_len, scale)
     return [Request(label(i), random_ids(model, p, seed=seed * 100_003 + i), a) for i, (p, a) in enumerate(lengths)]
-
-
-def check_block_size(block_size):
-    if not is_count(block_size) or block_size < 1:
-        raise KVLibError(f"block_size is a whole number of tokens, at least 1, not {block_size!r}")
 
 
 def blocks_needed(request, block_size):  # blocks it holds at its end: the last token picked is never fed
@@ -168,9 +162,10 @@ def new_run(model, requests, policy="continuous", max_batch=4, block_size=16, n_
     max_batch largest requests, so slots, not blocks, are the limit)."""
     if policy not in POLICIES:
         raise KVLibError(f"policy must be one of {POLICIES}, not {policy!r}")
-    if not requests or not is_count(max_batch) or max_batch < 1:
-        raise KVLibError(f"serve takes at least one request and a max_batch of at least 1, not {max_batch!r}")
-    check_block_size(block_size)
+    if not requests:
+        raise KVLibError("serve takes at least one request: serving.request_stream makes a stream of them")
+    check_count(max_batch, "max_batch (slots)")
+    check_count(block_size, "block_size (tokens per block)")
     for r in requests:
         if isinstance(r.prompt_ids, str) or not is_count(r.max_new_tokens):
             raise KVLibError(f"request {r.label}: prompt_ids holds token ids (model.encode(text) gives them) and "
@@ -180,11 +175,10 @@ def new_run(model, requests, policy="continuous", max_batch=4, block_size=16, n_
                              f"answer must fit {model.name}'s context of {model.config.n_ctx}, answering at least 1 "
                              "(request_stream's max_len keeps them inside)")
     need = [blocks_needed(r, block_size) for r in requests]
-    if n_blocks is None:
-        n_blocks = sum(sorted(need)[-max_batch:])
-    if not is_count(n_blocks) or max(need) > n_blocks:
+    n_blocks = sum(sorted(need)[-max_batch:]) if n_blocks is None else check_count(n_blocks, "n_blocks (or None)")
+    if max(need) > n_blocks:
         raise KVLibError(f"request {requests[need.index(max(need))].label} needs {max(need)} blocks of {block_size} "
-                         f"tokens, more than the pool's {n_blocks!r}: give a larger n_blocks (or None: room for the "
+                         f"tokens, more than the pool's {n_blocks}: give a larger n_blocks (or None: room for the "
                          f"max_batch largest requests)")
     return ServingRun(policy, max_batch, block_size, n_blocks, served=[Served(r) for r in requests])
 
@@ -276,8 +270,7 @@ def side_by_side(model, requests, max_batch=4, block_size=16, n_blocks=None, rep
     call split over two threads waits for the slower one, and torch splits only the larger calls, so the
     batch's own rows would be what is slowed (measured here: a 4-row decode step 2.4 ms on one thread, 11 ms
     on two)."""
-    if not is_count(repeats) or repeats < 1:
-        raise KVLibError(f"side_by_side keeps the fastest of at least 1 round, not repeats={repeats!r}")
+    check_repeats(repeats)
     runs = {policy: [] for policy in POLICIES}
     with one_thread():
         total = {p: sum(len(s.calls) for s in serve(model, requests, p, max_batch, block_size, n_blocks).steps)
@@ -298,7 +291,7 @@ def side_by_side(model, requests, max_batch=4, block_size=16, n_blocks=None, rep
 def shared_blocks(system_tokens, held, block_size, share=True):
     """Blocks in use when users hold `held` tokens each, all starting with the same system prompt of
     system_tokens: the module's formula (with sharing, the system prompt's own sequence is kept)."""
-    check_block_size(block_size)
+    check_count(block_size, "block_size (tokens per block)")
     own = sum(blocks_for(h, block_size) for h in held)
     if not share:
         return own
@@ -333,12 +326,10 @@ def serve_shared_prefix(model, system, users, max_new_tokens=8, block_size=16, s
     """N users, each prompt `system` + their own text (texts or id lists), answered greedily together on one
     paged cache; -> SharedPrefix with the blocks in use measured. share=True prefills the system prompt once
     and starts every user from its blocks; share=False prefills each whole prompt on its own."""
-    if isinstance(users, str) or any(not isinstance(u, str) and not hasattr(u, "__len__") for u in users):
-        raise KVLibError("serve_shared_prefix takes a list of users' texts (or id lists), not one text or one id list")
-    check_block_size(block_size)
+    check_count(block_size, "block_size (tokens per block)")
     system_ids = model.check_ids(system).tolist()
-    user_ids = [model.check_ids(u).tolist() for u in users]
-    if not user_ids or max_new_tokens < 1:
+    user_ids = [model.check_ids(u).tolist() for u in prompt_list(users, "serve_shared_prefix", "users")]
+    if max_new_tokens < 1:
         raise KVLibError("give at least one user (each with at least one token of their own) and max_new_tokens >= 1")
     for u in user_ids:
         model.check_ids(system_ids + u, past_len=max_new_tokens - 1)  # refuses what would not fit the context

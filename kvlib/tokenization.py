@@ -130,12 +130,14 @@ class Cost:
 def costs(toks, texts=None, baseline="English"):
     """What each text costs under each tokenizer, and how many times the baseline text's count that is."""
     texts = SAME_SENTENCE if texts is None else texts
-    if baseline not in texts or not texts[baseline]:
-        raise KVLibError(f"the baseline {baseline!r} must be one of the texts ({', '.join(texts)}), and not empty: "
-                         f"the others' costs are counted in its tokens")
+    if baseline not in texts:
+        raise KVLibError(f"the baseline {baseline!r} is not one of the texts ({', '.join(texts)})")
     rows = []
     for tok in toks:
         base = len(tok.encode(texts[baseline]))
+        if base == 0:
+            raise KVLibError(f"the baseline {baseline!r} has no tokens under {tok.name}: the others' costs are counted "
+                             f"in its tokens, so give it some text")
         for label, text in texts.items():
             n = len(chunks(tok, text))
             rows.append(Cost(label, tok.name, len(text), len(text.encode()), n, n / base))

@@ -173,8 +173,14 @@ def test_a_refused_call_changes_nothing(tiny):
     logits = forward_rows(tiny, cache, [(a, [8]), (b, [9])])
     for row, ids in enumerate(([1, 2, 3, 4, 8], [5, 6, 7, 9])):
         assert (logits[row] - tiny.forward(ids)[-1]).abs().max() < 1e-4
-    with pytest.raises(KVLibError, match="block_size must be a whole number"):
+    with pytest.raises(KVLibError, match="block_size .* must be a whole number"):
         PagedKVCache(tiny.config.n_layer, 3, block_size=2.5)
+    with pytest.raises(KVLibError, match="n_blocks must be a whole number, at least 1, not 2.5"):
+        PagedKVCache(tiny.config.n_layer, 2.5)
+    cache = PagedKVCache(tiny.config.n_layer, 4)  # a text row is encoded, and counted in tokens, not characters
+    text = "To be, or not to be, that is the question"
+    forward_rows(tiny, cache, [(cache.add(), text)])
+    assert cache.sequences[0].length == len(tiny.encode(text)) < len(text)
 
 
 def test_two_holders_of_a_shared_part_full_block_in_one_call_take_one_copy(tiny):

@@ -53,5 +53,7 @@ def test_bad_input():
         paging.simulate([])
     with pytest.raises(KVLibError, match="block_size"):
         paging.simulate([3], block_size=0)
-    with pytest.raises(KVLibError, match="at least 1 request"):
+    with pytest.raises(KVLibError, match=r"n \(requests\) must be a whole number, at least 1, not 0"):
         paging.request_lengths(0)
+    with pytest.raises(KVLibError, match="max_len .* at least 2, not 0"):
+        paging.request_lengths(3, max_len=0)

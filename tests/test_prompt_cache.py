@@ -3,6 +3,7 @@
 import random
 import threading
 
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -265,18 +266,19 @@ def test_bad_input(tiny):
     pc = kvlib.PromptCache(tiny)
     with pytest.raises(ValueError, match="empty"):
         pc.prefill("")
-    for settings in ({"block_size": 0}, {"block_size": 2.5}, {"max_bytes": -5}, {"ttl_seconds": None},
-                     {"ttl_seconds": 0}):
+    for settings in ({"block_size": 0}, {"block_size": 2.5}, {"max_bytes": -5}, {"max_bytes": True},
+                     {"ttl_seconds": None}, {"ttl_seconds": 0}):
         with pytest.raises(kvlib.KVLibError, match=next(iter(settings))):
             kvlib.PromptCache(tiny, **settings)
     with pytest.raises(kvlib.KVLibError, match="named by a string, not None"):  # None and "None" must not share blocks
         pc.prefill("To be, or not to be, that is the question", tenant=None)
     explicit = kvlib.PromptCache(tiny, mode="explicit")
-    for not_counts in (3.0, True, "3", [3, 4.0]):
+    for not_counts in (3.0, True, "3", [3, 4.0], torch.tensor(3), torch.tensor([3, 4])):
         with pytest.raises(kvlib.KVLibError, match="token count or a list of them"):
             explicit.prefill("To be, or not to be, that is the question", cache_control=not_counts)
-    for counts in ({3}, range(3, 4), (3,)):  # any collection of counts
+    for counts in ({3}, range(3, 4), (3,), np.array([3]), np.int64(3)):  # any collection of counts, numpy's too
         assert explicit.spans(9, counts) == [(0, 3)]
+    assert kvlib.PromptCache(tiny, max_bytes=np.int64(10**6), ttl_seconds=np.float64(60)).max_bytes == 10**6
     assert explicit.prefill("To be, or not to be, that is the question", cache_control=[3]).receipt.written_tokens == 3
     assert pc.blocks == {}  # the refused request stored nothing
 
