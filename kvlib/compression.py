@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from . import memory
-from .errors import KVLibError, is_count
+from .errors import KVLibError, check_count, is_count
 
 HELDOUT = Path(__file__).parent / "assets" / "heldout_measure_for_measure.txt"
 GROUP = 32           # numbers sharing one scale and zero-point in a quantized cache (KIVI's group size)
@@ -181,8 +181,7 @@ def quantized_kv(model, ids, bits, keys="channel", values="token", recent=0):
         raise KVLibError(f"keys and values are quantized per 'channel' or per 'token', not {keys!r}, {values!r}")
     if model.config.head_dim % GROUP:
         raise KVLibError(f"head size {model.config.head_dim} is not a multiple of the group size {GROUP}")
-    if not is_count(recent) or recent < 0:
-        raise KVLibError(f"recent is the number of newest tokens kept in full precision, 0 or more, not {recent!r}")
+    check_count(recent, "recent (newest tokens kept in full precision)", least=0)
     ids_t = model.check_ids(ids)
     cache, logits, done = model.new_cache(), [], 0  # done: tokens already quantized in the cache
     for start in range(0, len(ids_t), GROUP):

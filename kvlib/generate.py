@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .errors import KVLibError, check_count
-from .kv_cache import KVCache
+from .kv_cache import one_sequence
 
 
 @dataclass
@@ -66,11 +66,8 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     if cache is not None and not use_cache:
         raise KVLibError("a cache was given with use_cache=False: pass one or the other")
-    if cache is not None and not isinstance(cache, KVCache):
-        raise KVLibError(f"generate continues one sequence's KVCache, not a {type(cache).__name__}: "
-                         "for many sequences at once use kvlib.generate_batch")
     # tokens fed so far, not tokens held: a sliding window holds fewer than it has seen
-    if cache is not None and cache.seen >= len(prompt_ids):
+    if cache is not None and one_sequence(cache).seen >= len(prompt_ids):
         raise KVLibError(f"the cache has already read {cache.seen} tokens, the prompt is {len(prompt_ids)}: it may "
                          "hold the prompt's first tokens, but at least the last one must be fed. Pass a new cache "
                          "(model.new_cache()), or the prompt with the answer so far")

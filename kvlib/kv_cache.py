@@ -24,7 +24,7 @@ look at (`admit`, once per call), and, per layer, all the keys and values to att
 
 import torch
 
-from .errors import KVLibError, is_count
+from .errors import KVLibError, check_count, is_count
 
 
 def causal_mask(q_pos, k_pos, window=None, sinks=0):  # positions [T], [S] -> [T, S]
@@ -149,9 +149,9 @@ class KVCache:
     None keeps every token."""
 
     def __init__(self, n_layer, window=None, sinks=0):
-        if window is not None and not (is_count(window) and window >= 1 and is_count(sinks) and sinks >= 0):
-            raise KVLibError(f"window must be a whole number of tokens, at least 1, and sinks 0 or more, "
-                             f"not {window!r}, {sinks!r}")
+        if window is not None:
+            check_count(window, "window (tokens)")
+            check_count(sinks, "sinks (tokens)", least=0)
         self.layers = [LayerCache() for _ in range(n_layer)]
         self.window, self.sinks = window, sinks
         self.seen = 0  # tokens that went through the model: the next one's position
@@ -221,3 +221,10 @@ class KVCache:
     def __repr__(self):
         window = f", window {self.window} + {self.sinks} sinks" if self.window is not None else ""
         return f"KVCache({len(self.layers)} layers, {len(self)} tokens{window}, {self.nbytes:,} bytes)"
+
+
+def one_sequence(cache):  # -> cache, once it is a KVCache: Model.forward and generate read its `seen`
+    if not isinstance(cache, KVCache):
+        raise KVLibError(f"Model.forward and generate continue one sequence's KVCache, not a {type(cache).__name__}: "
+                         "a paged cache serves many sequences through kvlib.generate_batch (batching.forward_rows)")
+    return cache

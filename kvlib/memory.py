@@ -11,7 +11,7 @@ KV heads (Llama family) shrink both the cache and the K and V projections.
 import bisect
 from dataclasses import dataclass, replace
 
-from .errors import KVLibError, is_count
+from .errors import KVLibError, check_count
 from .models import FAMILIES, Config
 from .texttable import text_table
 
@@ -213,16 +213,14 @@ def as_config(arch):
 
 def kv_bytes_per_layer(arch, context, bytes_per_number=2):
     """Bytes each layer's cache holds after `context` tokens (a local layer keeps at most its window)."""
-    if not is_count(context) or context < 0:
-        raise KVLibError(f"a context is a whole number of tokens, 0 or more, not {context!r}")
+    check_count(context, "a context (tokens)", least=0)
     per_token = arch.numbers_per_token_per_layer * bytes_per_number
     return [per_token * (min(context, arch.window) if local else context) for local in arch.local_layers]
 
 
 def kv_bytes(arch, context, batch=1, bytes_per_number=2):
     """Bytes of the whole cache: every layer, every sequence of the batch."""
-    if not is_count(batch) or batch < 1:
-        raise KVLibError(f"a batch is a whole number of sequences, at least 1, not {batch!r}")
+    check_count(batch, "a batch (sequences)")
     return batch * sum(kv_bytes_per_layer(arch, context, bytes_per_number))
 
 

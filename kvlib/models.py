@@ -17,7 +17,7 @@ import torch
 
 from . import gpt2, llama
 from .errors import KVLibError
-from .kv_cache import KVCache
+from .kv_cache import KVCache, one_sequence
 
 ASSETS = Path(__file__).parent / "assets"
 TINY_DIR = ASSETS  # the bundled model's config, weights and tokenizer
@@ -131,10 +131,7 @@ class Model:
 
         last_only: only the last position's logits, all that generation needs (as
         transformers' `logits_to_keep=1`): the output head is the largest matmul."""
-        if cache is not None and not isinstance(cache, KVCache):
-            raise KVLibError(f"Model.forward continues one sequence's KVCache, not a {type(cache).__name__}: "
-                             "a PagedKVCache serves many sequences through kvlib.batching.forward_rows")
-        ids = self.check_ids(ids, 0 if cache is None else cache.seen)
+        ids = self.check_ids(ids, 0 if cache is None else one_sequence(cache).seen)
         return self.family.forward(ids, self.params, self.config, cache, trace, last_only)
 
 

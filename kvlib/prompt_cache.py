@@ -37,7 +37,6 @@ never expires before its children. Tenants never share blocks unless
 """
 
 import hashlib
-import numbers
 import threading
 import time
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from typing import NamedTuple
 
 import torch
 
-from .errors import KVLibError, check_count, is_count
+from .errors import KVLibError, check_count, is_count, is_number
 from .generate import check_sampling, generate
 
 MODES = ("automatic", "explicit")
@@ -146,10 +145,6 @@ def stretches(blocks):  # -> [[run, start, end]]: consecutive blocks of one run 
         else:
             out.append([b.run, b.start, b.end])
     return out
-
-
-def is_number(x):  # a real number (numpy's too), not a bool
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def collection(x):  # -> x's items, or [x] when it is not a collection (so a lone 3.0 is checked as one mark)

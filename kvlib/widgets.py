@@ -391,6 +391,7 @@ class PromptCacheStream(App):
 
 DTYPE_BYTES = {"fp32 (4 bytes)": 4, "bf16 / fp16 (2 bytes)": 2, "fp8 / int8 (1 byte)": 1}
 CONTEXTS = [2 ** k for k in range(10, 21)]  # 1K ... 1M tokens
+BATCHES = range(1, 65)  # sequences decoded together
 FITS = {True: "<span style='color:#38761d'>fits</span>", False: "<span style='color:#b00020'>does not fit</span>"}
 
 
@@ -415,7 +416,7 @@ class KVCalculator(W.VBox):
         self.memory = memory
         # the sliders would clamp a batch or refuse a context with a traitlets error: say what they offer instead
         for name, value, offered in (("model", model, list(memory.CATALOGUE)), ("dtype", dtype, list(DTYPE_BYTES)),
-                                     ("context", context, CONTEXTS), ("batch", batch, range(1, 65))):
+                                     ("context", context, CONTEXTS), ("batch", batch, BATCHES)):
             if value not in offered:
                 raise KVLibError(f"the calculator offers {name} {_offer(offered)}, not {value!r}")
         self.model = W.Dropdown(options=list(memory.CATALOGUE), value=model, description="Model")
@@ -423,7 +424,8 @@ class KVCalculator(W.VBox):
                                 layout=W.Layout(width="auto"))
         self.context = W.SelectionSlider(options=[(_tokens_label(n), n) for n in CONTEXTS], value=context,
                                          description="Context", continuous_update=False)
-        self.batch = W.IntSlider(value=batch, min=1, max=64, description="Batch", continuous_update=False)
+        self.batch = W.IntSlider(value=batch, min=BATCHES[0], max=BATCHES[-1], description="Batch",
+                                 continuous_update=False)
         self.info, self.shown_bytes = W.HTML(), None
         for w in (self.model, self.dtype, self.context, self.batch):
             w.observe(lambda _: self.update(), names="value")

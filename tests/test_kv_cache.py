@@ -200,7 +200,7 @@ def test_unsharing_a_cache_of_one_shared_piece_copies_it(tiny):
 
 def test_a_window_refuses_bad_sizes_and_shared_blocks(tiny):
     for window, sinks in ((0, 0), (2.5, 0), (8, -1), (8, True)):  # 2.5: bytes counted for 2.5, the mask keeping 3
-        with pytest.raises(kvlib.KVLibError, match="window must be a whole number of tokens, at least 1"):
+        with pytest.raises(kvlib.KVLibError, match="(window|sinks) .* must be a whole number"):
             tiny.new_cache(window, sinks)
     with pytest.raises(kvlib.KVLibError, match="cannot start from shared blocks"):
         tiny.new_cache(8).share([[] for _ in range(tiny.config.n_layer)])
