@@ -2,6 +2,8 @@
 browser (Chromium, the view's module on a bare page: no JupyterLab needed) its cells, hovers and linked
 highlights say so; without runs, or with data it cannot draw, it says that in place."""
 
+from decimal import ROUND_HALF_UP, Decimal
+
 import pytest
 
 from kvlib import KVLibError, serving
@@ -67,6 +69,11 @@ def standalone(browser, view):
     return page, errors
 
 
+
+def fixed(x, digits):  # x as JavaScript's toFixed prints it: the exact binary value rounded, a tie upward
+    return str(Decimal(x).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP))
+
+
 @pytest.mark.slow
 def test_the_timeline_in_a_browser(runs):
     from browser import chromium, shot, tip
@@ -74,6 +81,10 @@ def test_the_timeline_in_a_browser(runs):
     static, cont = runs["static"], runs["continuous"]
     stream = [s.request for s in static.served]
     view = ServingTimeline.of(runs)
+    # the page prints what it was sent, itself rounded (ms to 0.01, tokens/s to 0.1): a figure computed here from
+    # the unrounded run can round the other way (36.849 -> 36.8 here, 36.85 -> 36.9 on the page)
+    sent = {r["policy"]: r for r in view.runs}
+    assert [s["latency_ms"] for s in sent["continuous"]["served"]] == [round(s.latency * 1e3, 2) for s in cont.served]
     with chromium() as browser:
         page, errors = standalone(browser, view)
         shot(page, "timeline")
@@ -96,7 +107,8 @@ def test_the_timeline_in_a_browser(runs):
             f"request {stream[i].label} · continuous · step {k} · slot {s.slot}",
             f"decode: token 3 of {stream[i].max_new_tokens}",
             f"prompt {len(stream[i].prompt_ids)} tokens · answer {stream[i].max_new_tokens} tokens",
-            f"time to first token {s.ttft * 1e3:.1f} ms · latency {s.latency * 1e3:.1f} ms (from its arrival, at 0)"]
+            f"time to first token {fixed(sent['continuous']['served'][i]['ttft_ms'], 1)} ms · "
+            f"latency {fixed(sent['continuous']['served'][i]['latency_ms'], 1)} ms (from its arrival, at 0)"]
         # the hovered request lights up wherever it is, in both runs: one cell per token of its answer in each
         assert page.locator("td.kv-sv-cell.kv-linked").count() == 2 * stream[i].max_new_tokens
         assert set(page.locator("td.kv-sv-cell.kv-linked").evaluate_all("cs => cs.map(c => c.dataset.request)")) == {str(i)}
@@ -111,10 +123,9 @@ def test_the_timeline_in_a_browser(runs):
         assert tip(page, blocks).startswith(f"static · after step {k}: {static.steps[k].blocks} of {static.n_blocks} "
                                             f"blocks in use")
         ratio = page.locator(".kv-sv-ratio").inner_text()
-        # from the rates the page was sent (0.1 tok/s): the unrounded ones can round the other way (1.135...)
-        sent = {r["policy"]: r["tokens_per_second"] for r in view.runs}
-        assert sent == {r.policy: round(r.tokens_per_second, 1) for r in (static, cont)}
-        assert f"tokens/s {sent['continuous'] / sent['static']:.2f}×" in ratio
+        rates = {p: r["tokens_per_second"] for p, r in sent.items()}
+        assert rates == {r.policy: round(r.tokens_per_second, 1) for r in (static, cont)}
+        assert f"tokens/s {fixed(rates['continuous'] / rates['static'], 2)}×" in ratio
         assert f"steps {len(cont.steps)} against {len(static.steps)}" in ratio
         assert not errors, errors
 
