@@ -8,6 +8,7 @@ sends the kernel (a view that switches in the browser sends nothing).
 """
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -86,6 +87,19 @@ def lab_server(root, env=None):
             server.wait(10)
 
 
+def close_all(browser):
+    """Close every page and shut down every kernel the lab runs: the next notebook starts as a learner's
+    would, alone, not beside every earlier one's kernel (each holds its models: 1-2 GB, and its threads)."""
+    for context in browser.contexts:
+        context.close()
+    kernels = f"{Lab.url}/api/kernels"
+    with urllib.request.urlopen(f"{kernels}?token={TOKEN}", timeout=30) as r:
+        running = json.load(r)
+    for k in running:
+        urllib.request.urlopen(urllib.request.Request(f"{kernels}/{k['id']}?token={TOKEN}", method="DELETE"),
+                               timeout=60).close()
+
+
 def copy_notebooks(root, paths=None):
     """A copy of the notebooks (running them must not write outputs into the repo)."""
     (root / "notebooks").mkdir(parents=True, exist_ok=True)
@@ -157,20 +171,42 @@ def open_and_run(browser, lab, name, timeout_s=240):
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
     n_code = page.locator(".jp-CodeCell").count()
-    page.wait_for_function(
-        f"""() => {{
-            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent);
-            return prompts.length === {n_code} && prompts.every(t => /\\[\\d+\\]/.test(t));
-        }}""", timeout=timeout_s * 1000)
+    # done when every code cell has its number, or as soon as one shows an error: Run All stops there, and the
+    # cells after it would wait for the whole timeout with nothing to say why
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    try:
+        page.wait_for_function(
+            f"""() => {{
+                if (document.querySelector({json.dumps('.jp-CodeCell ' + ERROR_OUTPUT)})) return true;
+                const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent);
+                return prompts.length === {n_code} && prompts.every(t => /\\[\\d+\\]/.test(t));
+            }}""", timeout=timeout_s * 1000)
+    except PlaywrightTimeout:
+        raise AssertionError(f"{name}: not done in {timeout_s} s; the cells' prompts: {cell_states(page)}") from None
+    failed = page.locator(f".jp-CodeCell:has({ERROR_OUTPUT})")
+    if failed.count():
+        cell = failed.first
+        raise AssertionError(f"{name}: a cell failed, so Run All stopped there; its code:\n"
+                             f"{cell.locator('.jp-InputArea-editor').inner_text()[:800]}\n"
+                             f"its output:\n{cell.locator(ERROR_OUTPUT).first.inner_text()[-2000:]}")
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
     return page, errors
+
+
+# how JupyterLab marks an output written to stderr, a traceback included
+ERROR_OUTPUT = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+
+
+def cell_states(page):
+    """Each code cell's prompt in order: [3] ran, [*] runs now, [ ] never ran."""
+    return " ".join(page.locator(".jp-CodeCell .jp-InputArea-prompt").all_inner_texts())
 
 
 def check_clean(page, errors, name, pictures=True):
     if Lab.model:  # the notebook's first cell prints the model it loaded: the server's default
         first = page.locator(".jp-CodeCell").first.locator(".jp-OutputArea").inner_text()
         assert f"Model({Lab.model!r}," in first, f"{name}: the first cell loaded {first[:300]!r}, not {Lab.model}"
-    stderr = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    stderr = page.locator(ERROR_OUTPUT)
     assert stderr.count() == 0, f"{name}: error output: {stderr.first.inner_text()[:500]}"
     if pictures:
         assert page.locator(".jp-RenderedImage img").count() > 0, f"{name}: no pictures rendered"
@@ -186,7 +222,7 @@ def settle(page, errors, name, what):
     would see it: no error or stderr output, no ⚠ message from an app, no console error, no traceback
     in the server's (kernels') log, no request beyond 127.0.0.1."""
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-    bad = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    bad = page.locator(ERROR_OUTPUT)
     assert bad.count() == 0, f"{name}, after {what}: error output: {bad.first.inner_text()[:500]}"
     warned = page.locator(".jupyter-widgets:has-text('⚠')")
     assert warned.count() == 0, f"{name}, after {what}: an app says {warned.first.inner_text()[:300]}"
@@ -228,7 +264,6 @@ def no_kernel_request(page, action):
 def kernel_holds(page, action, *values, timeout_s=30):
     """Do `action` (typing into widgets) and wait until the kernel has echoed each new value back
     (ipywidgets' echo_update, sent as the kernel takes a value in): a click after this sees them."""
-    import json
     import re
 
     seen, deadline = len(page.recorder.received), time.monotonic() + timeout_s

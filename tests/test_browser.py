@@ -14,8 +14,8 @@ import re
 
 import pytest
 
-from browser import (Lab, check_clean, chromium, copy_notebooks, kernel_holds, lab_server, no_kernel_request,
-                     open_and_run, save_gpt2_format, screenshots, settle, shot, tip)
+from browser import (Lab, check_clean, chromium, close_all, copy_notebooks, kernel_holds, lab_server,
+                     no_kernel_request, open_and_run, save_gpt2_format, screenshots, settle, shot, tip)
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +45,14 @@ def lab(tmp_path_factory, gpt2_format):
 def browser():
     with chromium() as b:
         yield b
+
+
+@pytest.fixture(autouse=True)
+def alone(request):
+    """After each test its pages close and its kernel shuts down, so each notebook runs alone."""
+    yield
+    if {"browser", "lab"} <= set(request.fixturenames):
+        close_all(request.getfixturevalue("browser"))
 
 
 def check_saved(page, name):
@@ -406,7 +414,6 @@ def test_a_long_prompts_grid_fetches_a_layer_once(browser, lab, smollm2):
     first = tip(page, view.locator(f"tr.kv-att-row[data-pos='5'] td[data-col='{j}']")).splitlines()[0]
     assert abs(js_num(first.rsplit(": ", 1)[1]) - trace.layers[29].weights[0, 5, j].item()) < 6e-4, first
     settle(page, errors, "long prompt", "fetching layer 29")
-    page.close()
 
 
 def js_num(text):  # a number as the views print it (a real minus sign)
