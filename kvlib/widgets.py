@@ -7,6 +7,7 @@ Slow work waits for `continuous_update=False` sliders.
 """
 
 import html
+import math
 import threading
 from typing import NamedTuple
 
@@ -23,6 +24,12 @@ from .views import Tokens as TokenStrip  # widgets.Tokens is the app around the 
 
 def _error(message):
     return f"<div style='color:#b00020;padding:4px 0'>⚠ {html.escape(str(message), quote=False)}</div>"
+
+
+def _clear(strips):
+    for strip in strips:
+        with strip.hold_sync():
+            strip.title, strip.tokens = "", []
 
 
 def _inside(widget):  # the widget and every widget it holds, depth first
@@ -132,7 +139,8 @@ class Tokens(App):
         try:
             data = [TokenStrip.data(tok, text) for tok in self.tokenizers]
         except ValueError as e:
-            self.message.value = _error(e)
+            self.message.value, self.counts = _error(e), {}
+            _clear(self.strips)  # the last text's chips would read as this one's
             return
         for tok, d in zip(self.tokenizers[1:], data[1:]):  # another tokenizer's positions are not the model's
             d["link"] = link_for([tok.name] + [t["text"] for t in d["tokens"]])
@@ -164,7 +172,8 @@ class Divergence(App):
             data = [TokenStrip.data(self.tokenizer, box.value, title=name)
                     for box, name in ((self.a, "Prompt A"), (self.b, "Prompt B"))]
         except ValueError as e:
-            self.note.value = _error(e)
+            self.note.value, self.index = _error(e), None
+            _clear(self.strips)
             return
         ids = [[t["id"] for t in d["tokens"]] for d in data]
         self.index = tokenization.first_divergence(*ids)
@@ -338,7 +347,9 @@ class PromptCacheStream(App):
         self.requests, self.results = [Request(*r) for r in requests], []  # results: a Sent per request sent
         auto = W.Layout(width="auto")  # the whole label, never cut short
         self.next = W.Button(description="Send next request", button_style="primary", icon="paper-plane", layout=auto)
-        self.forward = W.Button(description=f"Fast-forward {pc.ttl // 60 + 1:.0f} min", icon="forward",
+        never = math.isinf(pc.ttl)  # nothing to fast-forward to
+        self.forward = W.Button(description="No TTL: entries never expire" if never else
+                                f"Fast-forward {pc.ttl // 60 + 1:.0f} min", icon="forward", disabled=never,
                                 layout=W.Layout(width="auto"))
         p = self.prices
         self.view = PromptBlocks(pc, note=f"cost: in units of one uncached input token at {p.provider}'s ratios "

@@ -636,3 +636,12 @@ def test_the_cache_holds_only_the_prompts_k_and_v_never_the_answer(request, name
     assert all(len(ts) == 2 * cfg.n_layer for ts in stored.values())
     assert 8 * len(stored) == first.receipt.written_tokens == 24  # 3 blocks of the prompt's first 29 tokens
     assert pc.nbytes == 24 * memory_bytes(model)
+
+
+def test_the_stream_of_a_cache_without_a_ttl_offers_no_fast_forward(tiny):
+    from kvlib import widgets
+    from kvlib.prompt_cache import ManualClock
+    forever = widgets.PromptCacheStream(kvlib.PromptCache(tiny, ttl_seconds=float("inf"), clock=ManualClock()), [])
+    assert forever.forward.disabled and forever.forward.description == "No TTL: entries never expire"
+    five = widgets.PromptCacheStream(kvlib.PromptCache(tiny, ttl_seconds=300, clock=ManualClock()), [])
+    assert not five.forward.disabled and five.forward.description == "Fast-forward 6 min"

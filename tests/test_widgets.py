@@ -76,6 +76,7 @@ def test_tokens_view_errors_in_place(tiny):
     app = widgets.Tokens(tiny)
     app.text.value = ""
     assert "empty" in app.message.value
+    assert all(s.tokens == [] and s.title == "" for s in app.strips) and app.counts == {}  # no chips of the last text
     app.text.value = "x " * 600
     assert "longer than tiny's context" in app.message.value
     app.text.value = "will Will"
@@ -90,6 +91,9 @@ def test_divergence_finds_the_first_different_token(tiny):
     assert [t["id"] for t in app.strips[1].tokens] == b and app.strips[0].link != app.strips[1].link
     app.b.value = ""
     assert "empty" in app.note.value
+    assert app.index is None and all(s.tokens == [] and s.title == "" for s in app.strips)
+    app.b.value = "To be"
+    assert "prefix" in app.note.value and [t["id"] for t in app.strips[1].tokens] == tiny.encode("To be")
 
 
 def test_lookup_rows_are_the_table_rows(tiny):
