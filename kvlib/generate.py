@@ -73,6 +73,7 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
                          "(model.new_cache()), or the prompt with the answer so far")
     gen = Generation(prompt_ids=prompt_ids, cache=(model.new_cache() if cache is None else cache) if use_cache else None)
     ids, feed = list(prompt_ids), prompt_ids[0 if cache is None else cache.seen:]
+    shown = ""  # the text the pieces handed to on_token add up to
     while True:
         model.synchronize()  # a GPU runs ahead of Python: wait for it before each clock read
         t0 = time.perf_counter()
@@ -82,8 +83,12 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
         gen.step_seconds.append(time.perf_counter() - t0)
         ids.append(token)
         gen.ids.append(token)
-        text = model.decode(gen.ids)
-        piece, gen.text = text[len(gen.text):], text
+        gen.text = model.decode(gen.ids)
+        # a character that takes several tokens (most Chinese, every emoji) decodes as '�' until its last token
+        # arrives, then the '�' goes: a piece is handed on once its characters are whole, so the pieces read as
+        # the text does (one that stops inside a character never hands on the '�' that gen.text ends with)
+        piece = "" if gen.text.endswith("\ufffd") else gen.text[len(shown):]
+        shown += piece
         if on_token is not None and on_token(token, piece) is False:
             gen.stop_reason = "stopped by on_token"
         elif len(gen.ids) == max_new_tokens:

@@ -98,19 +98,21 @@ class Chat(W.VBox):
         streamed = []
         prompt = html.escape(self.model.decode(ids))
 
-        def on_token(token, piece):
-            streamed.append(piece)
-            n = len(streamed)
+        def show(answer, cursor):
             self.answer.value = (f"<pre style='white-space:pre-wrap;font-size:13px'>{prompt}<b style="
-                                 f"'background:{plots.GENERATED}'>{html.escape(''.join(streamed))}</b>▌</pre>")
-            self.status.value = f"{n} tokens streamed"
+                                 f"'background:{plots.GENERATED}'>{html.escape(answer)}</b>{cursor}</pre>")
+
+        def on_token(token, piece):
+            streamed.append(piece)  # "" while a character is still arriving token by token
+            show("".join(streamed), "▌")
+            self.status.value = f"{len(streamed)} tokens streamed"
             return not self._stop.is_set()
 
         try:
             gen = generate(self.model, ids, self.max_tokens.value, temperature=self.temperature.value,
                            on_token=on_token)
             self.last = gen
-            self.answer.value = self.answer.value.replace("▌</pre>", "</pre>")
+            show(gen.text, "")  # the whole answer, a character cut off by the last token included
             per = sum(gen.step_seconds) / len(gen.step_seconds)
             self.status.value = (f"{html.escape(self.model.name)}: {len(gen.ids)} tokens in "
                                  f"{sum(gen.step_seconds):.2f} s ({per * 1e3:.0f} ms per token); "
@@ -262,13 +264,12 @@ class AttentionExplorer(App):
 
     def run(self):  # a new view per text, starting at the layer and head given
         try:
-            grid = AttentionGrid.of(self.model, self.text.value, layer=self.layer, head=self.head)
+            grid, message = AttentionGrid.of(self.model, self.text.value, layer=self.layer, head=self.head), ""
         except ValueError as e:  # KVLibError too: an empty text, or one too long for the context or the view
-            self.message.value = _error(e)
-            return
+            grid, message = None, _error(e)  # the last text's grid would read as this one's
         old, self.grid = self.grid, grid
-        self.message.value = ""
-        self.children = [self.text, self.message, self.grid]
+        self.message.value = message
+        self.children = [self.text, self.message] + ([grid] if grid is not None else [])
         if old is not None:
             old.close()  # its comm and its weights, kept in the kernel for layers not yet sent
 
@@ -287,8 +288,8 @@ class GridFilling(App):
 
     def __init__(self, model, prompt="Mary had a little", new_tokens=8):
         room = model.config.n_ctx - len(model.check_ids(prompt)) + 1  # the last token made is never fed back
-        if not is_count(new_tokens) or not 1 <= new_tokens <= room:
-            raise KVLibError(f"the grid fills 1 to {room} new tokens after this prompt in {model.name}'s context "
+        if not is_count(new_tokens) or not 2 <= new_tokens <= room:  # two steps at least: one to compare with
+            raise KVLibError(f"the grid fills 2 to {room} new tokens after this prompt in {model.name}'s context "
                              f"of {model.config.n_ctx}, not {new_tokens!r}: shorten the prompt or ask for fewer")
         gen = generate(model, prompt, new_tokens, stop_at_eos=False)
         self.prompt_len = len(gen.prompt_ids)
@@ -329,6 +330,10 @@ class Sent(NamedTuple):  # what sending one request did
     gone: list        # the Events of blocks expired or evicted on its way in
 
 
+def _seconds_label(seconds):  # 360 -> "6 min", 90 -> "90 s"
+    return f"{seconds / 60:g} min" if seconds % 60 == 0 else f"{seconds:g} s"
+
+
 class PromptCacheStream(App):
     """Send a stream of requests through a PromptCache and watch its blocks hit, get written, expire and
     be evicted, with each request's receipt and its cost at the prices of the provider whose mode it copies."""
@@ -349,7 +354,7 @@ class PromptCacheStream(App):
         self.next = W.Button(description="Send next request", button_style="primary", icon="paper-plane", layout=auto)
         never = math.isinf(pc.ttl)  # nothing to fast-forward to
         self.forward = W.Button(description="No TTL: entries never expire" if never else
-                                f"Fast-forward {pc.ttl // 60 + 1:.0f} min", icon="forward", disabled=never,
+                                f"Fast-forward {_seconds_label(pc.ttl + 60)}", icon="forward", disabled=never,
                                 layout=W.Layout(width="auto"))
         p = self.prices
         self.view = PromptBlocks(pc, note=f"cost: in units of one uncached input token at {p.provider}'s ratios "
@@ -383,7 +388,11 @@ class PromptCacheStream(App):
         gone = [e for e in self.pc.events[events:] if e.kind in ("expire", "evict")]
         self.results.append(Sent(label, tenant, res, gone))
         r = res.receipt
-        self.view.add(label, tenant, prompt, res, self.cost(r), mark, len(gone))
+        try:
+            self.view.add(label, tenant, prompt, res, self.cost(r), mark, len(gone))
+        except KVLibError as e:  # sent, but the view of every request so far is too big for the page
+            self.status.value = _error(f"Sent {label}, but not drawn: {e}")
+            return
         evicted = sum(e.kind == "evict" for e in gone)
         self.status.value = (f"Sent <b>{html.escape(label)}</b>: {r.cached_tokens} of {r.input_tokens} tokens cached, "
                              f"{r.written_tokens} written; cost {self.cost(r):,.1f} (uncached: {r.input_tokens})"
@@ -394,7 +403,7 @@ class PromptCacheStream(App):
             self.status.value = _error("this cache runs on the real clock: build it with clock=ManualClock() "
                                        "to fast-forward")
             return
-        self.pc.clock.now += self.pc.ttl + 60
+        self.pc.clock.now += self.pc.ttl + 60  # a minute past the TTL, as the button says
         n = self.pc.expire()
         self.status.value = f"Clock moved past the TTL: {n} blocks expired; the cache holds {len(self.pc.blocks)} now."
         self.view.refresh()

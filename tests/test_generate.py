@@ -11,6 +11,40 @@ def test_on_token_streams_every_token_in_order(tiny):
     assert len(gen.step_seconds) == len(gen.ids)
 
 
+PARROT = "a 鹦鹉 🦜."  # two Chinese characters and an emoji: each takes several of a byte-level BPE's tokens
+
+
+def answering(model, monkeypatch, text):
+    """The model's forward made to pick `text`'s tokens in turn (a real model never says what a test needs)."""
+    picks = iter(model.encode(text))
+
+    def forward(feed, cache=None, last_only=False):
+        logits = torch.zeros(1, model.config.vocab_size)
+        logits[0, next(picks)] = 1.0
+        return logits
+
+    monkeypatch.setattr(model, "forward", forward)
+    return model.encode(text)
+
+
+def test_on_token_hands_on_a_character_only_once_its_last_token_arrives(tiny, monkeypatch):
+    ids = answering(tiny, monkeypatch, PARROT)
+    assert "\ufffd" in tiny.decode(ids[:3])  # part of 鹦's bytes: decoded alone, a replacement character
+    pieces = []
+    gen = kvlib.generate(tiny, "x", len(ids), on_token=lambda i, piece: pieces.append(piece), stop_at_eos=False)
+    assert gen.ids == ids and gen.text == PARROT
+    assert "".join(pieces) == PARROT and len(pieces) == len(ids)
+    assert [p for p in pieces if p] == ["a", " ", "鹦", "鹉", " ", "🦜", "."]
+
+
+def test_a_stream_stopped_inside_a_character_hands_on_no_replacement_character(tiny, monkeypatch):
+    ids = answering(tiny, monkeypatch, PARROT)
+    cut = next(k for k in range(1, len(ids)) if tiny.decode(ids[:k]).endswith("\ufffd"))
+    pieces = []
+    gen = kvlib.generate(tiny, "x", cut, on_token=lambda i, piece: pieces.append(piece), stop_at_eos=False)
+    assert gen.text.endswith("\ufffd") and "".join(pieces) == gen.text.rstrip("\ufffd")
+
+
 def hf_greedy(hf, ids, n):
     with torch.no_grad():
         out = hf.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0)

@@ -1,6 +1,7 @@
 """The notebook apps, driven headless: set values, click, and check what they produced."""
 
 import html
+import re
 
 import matplotlib
 
@@ -30,6 +31,21 @@ def test_chat_streams_the_same_tokens_as_transformers_greedy(tiny, hf_tiny):
     assert chat.last.ids == ids and len(ids) == 15
     assert text.replace("\n", "") in chat.answer.value.replace("\n", "")
     assert "15 tokens" in chat.status.value and not chat.send.disabled
+
+
+def test_chat_never_shows_half_a_character(tiny, monkeypatch):
+    from test_generate import PARROT, answering
+
+    ids = answering(tiny, monkeypatch, PARROT)
+    chat = widgets.Chat(tiny, prompt="x", max_new_tokens=len(ids))
+    shown = []
+    chat.answer.observe(lambda change: shown.append(change.new), names="value")
+    chat.send.click()
+    chat.wait(60)
+    answers = [re.search(r"<b style='[^']*'>(.*)</b>", s, re.S)[1] for s in shown]  # the answer part of each
+    # a value per token that changed it (a token inside a character changes nothing), then the end, no cursor
+    assert answers == ["a", "a ", "a 鹦", "a 鹦鹉", "a 鹦鹉 ", "a 鹦鹉 🦜", PARROT, PARROT]
+    assert shown[-2].endswith("▌</pre>") and shown[-1].endswith("</b></pre>")
 
 
 def test_chat_stop_button_ends_generation(tiny):
@@ -133,6 +149,10 @@ def test_embedding_space_shows_the_map_from_the_requested_dimension(tiny, dims):
     piece = tiny.decode([embeddings.token_of(tiny, "Montague")])
     assert len(tiny.encode("Montague")) > 1 and f"to <code>{html.escape(repr(piece))}</code> (the first piece of" \
         in app.neighbour_view.value
+    app.word.value = "\tMontague  "  # spaces typed around a word: the same token, the same neighbours
+    assert embeddings.token_of(tiny, "\tMontague  ") == embeddings.token_of(tiny, "Montague")
+    assert all(f"{html.escape(repr(t))}</code> {s:.2f}" in app.neighbour_view.value
+               for t, s in embeddings.neighbours(tiny, "Montague"))
 
 
 def test_families_come_from_the_models_vocabulary(tiny):
