@@ -93,7 +93,8 @@ def dims_to_reach(scores, level):  # -> the fewest dimensions whose separation r
 def token_of(model, word):  # -> the token id that stands for `word`
     if not word.strip():
         raise KVLibError("type a word: an empty text has no token to look up")
-    spaced = model.encode(" " + word.strip())
+    word = word.strip()  # a stray space or tab typed around it would be looked up as a token of its own
+    spaced = model.encode(" " + word)
     return spaced[0] if len(spaced) == 1 else model.encode(word)[0]
 
 

@@ -254,7 +254,9 @@ def test_grid_filling_reports_a_changed_old_row(tiny):
 
 def test_grid_filling_asks_only_for_tokens_the_context_holds(tiny):
     prompt = " the" * 509  # 509 tokens of tiny's 512: room to feed back 3 and make a 4th
-    with pytest.raises(KVLibError, match="1 to 4 new tokens .* not 6: shorten the prompt"):
+    with pytest.raises(KVLibError, match="2 to 4 new tokens .* not 6: shorten the prompt"):
         widgets.GridFilling(tiny, prompt, new_tokens=6)
+    with pytest.raises(KVLibError, match="2 to .* not 1"):  # one step has no step before it to compare with
+        widgets.GridFilling(tiny, "Mary had a little", new_tokens=1)
     with pytest.raises(KVLibError, match="would send"):  # 4 fit the context; a 512-row grid is too big to draw
         widgets.GridFilling(tiny, prompt, new_tokens=4)

@@ -643,5 +643,24 @@ def test_the_stream_of_a_cache_without_a_ttl_offers_no_fast_forward(tiny):
     from kvlib.prompt_cache import ManualClock
     forever = widgets.PromptCacheStream(kvlib.PromptCache(tiny, ttl_seconds=float("inf"), clock=ManualClock()), [])
     assert forever.forward.disabled and forever.forward.description == "No TTL: entries never expire"
-    five = widgets.PromptCacheStream(kvlib.PromptCache(tiny, ttl_seconds=300, clock=ManualClock()), [])
-    assert not five.forward.disabled and five.forward.description == "Fast-forward 6 min"
+    for ttl, label in ((300, "6 min"), (30, "90 s")):  # the label says how far the clock moves: a minute past the TTL
+        app = widgets.PromptCacheStream(kvlib.PromptCache(tiny, ttl_seconds=ttl, clock=ManualClock()), [])
+        assert not app.forward.disabled and app.forward.description == f"Fast-forward {label}"
+        app.fast_forward()
+        assert app.pc.clock() == ttl + 60
+
+
+def test_a_stream_too_long_to_draw_says_so_in_place(tiny, monkeypatch):
+    from kvlib import widgets
+    from kvlib.prompt_cache import ManualClock
+    from kvlib.views import base
+    monkeypatch.setattr(base, "MAX_STATE_BYTES", 20_000)  # the page's limit, lowered so two requests pass it
+    requests = [(f"r{k}", "acme", ids(200, k)) for k in range(4)]
+    app = widgets.PromptCacheStream(kvlib.PromptCache(tiny, block_size=4, clock=ManualClock()), requests)
+    for _ in range(4):
+        app.send()
+        if "⚠" in app.status.value:
+            break
+    assert "not drawn: this view would send" in app.status.value and len(app.results) < 4
+    app.send()  # and it keeps working: the next click still sends (and says so)
+    assert "⚠" in app.status.value and app.pc.clock() > 0

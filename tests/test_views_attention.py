@@ -102,7 +102,8 @@ def test_explorer_reruns_on_a_new_text_and_keeps_working_after_bad_input(smollm2
     first = app.grid
     assert first in app.children and (first.layer, first.head) == (10, 1)
     app.text.value = ""
-    assert "empty" in app.message.value and app.grid is first
+    assert "empty" in app.message.value and app.grid is None and app.children == (app.text, app.message)
+    assert first.comm is None  # closed: the browser drops it, the kernel its weights
     app.text.value = "Hi there"
     tokens, trace = run(smollm2, "Hi there")
     assert app.message.value == "" and app.grid is not first and app.grid in app.children
