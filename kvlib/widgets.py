@@ -182,6 +182,7 @@ class Divergence(App):
         shared = min(map(len, ids)) if self.index is None else self.index
         self.note.value = (f"the first {shared} tokens are shared; they differ from token {self.index} on "
                            f"(a red bar, then dashed outlines)" if self.index is not None
+                           else f"the same tokens: all {shared} shared" if ids[0] == ids[1]
                            else f"one is a prefix of the other: {shared} tokens shared")
         for strip, d in zip(self.strips, data):
             with strip.hold_sync():
@@ -288,7 +289,10 @@ class GridFilling(App):
 
     def __init__(self, model, prompt="Mary had a little", new_tokens=8):
         room = model.config.n_ctx - len(model.check_ids(prompt)) + 1  # the last token made is never fed back
-        if not is_count(new_tokens) or not 2 <= new_tokens <= room:  # two steps at least: one to compare with
+        if room < 2:  # two steps at least: one to compare the other with
+            raise KVLibError(f"the grid needs 2 new tokens after the prompt, and {model.name}'s context of "
+                             f"{model.config.n_ctx} leaves room for {room}: shorten the prompt")
+        if not is_count(new_tokens) or not 2 <= new_tokens <= room:
             raise KVLibError(f"the grid fills 2 to {room} new tokens after this prompt in {model.name}'s context "
                              f"of {model.config.n_ctx}, not {new_tokens!r}: shorten the prompt or ask for fewer")
         gen = generate(model, prompt, new_tokens, stop_at_eos=False)
@@ -371,7 +375,8 @@ class PromptCacheStream(App):
 
     def send(self):
         if len(self.results) == len(self.requests):
-            self.status.value = "All requests sent. Fast-forward the clock or build a new stream."
+            self.status.value = "All requests sent. " + ("Build a new stream." if self.forward.disabled else
+                                                         "Fast-forward the clock or build a new stream.")
             return
         label, tenant, prompt, mark = self.requests[len(self.results)]
         moved = bool(self.results) and hasattr(self.pc.clock, "now")
@@ -399,6 +404,8 @@ class PromptCacheStream(App):
                              + (f"; {evicted} blocks evicted to stay within the budget" if evicted else "") + ".")
 
     def fast_forward(self):
+        if self.forward.disabled:  # no TTL: nothing would ever expire, and the clock would move to infinity
+            return
         if not hasattr(self.pc.clock, "now"):
             self.status.value = _error("this cache runs on the real clock: build it with clock=ManualClock() "
                                        "to fast-forward")

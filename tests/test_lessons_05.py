@@ -258,5 +258,7 @@ def test_grid_filling_asks_only_for_tokens_the_context_holds(tiny):
         widgets.GridFilling(tiny, prompt, new_tokens=6)
     with pytest.raises(KVLibError, match="2 to .* not 1"):  # one step has no step before it to compare with
         widgets.GridFilling(tiny, "Mary had a little", new_tokens=1)
+    with pytest.raises(KVLibError, match="needs 2 new tokens .* leaves room for 1: shorten the prompt$"):
+        widgets.GridFilling(tiny, " the" * 512, new_tokens=2)  # the whole context: the first token made is the last
     with pytest.raises(KVLibError, match="would send"):  # 4 fit the context; a 512-row grid is too big to draw
         widgets.GridFilling(tiny, prompt, new_tokens=4)

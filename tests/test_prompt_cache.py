@@ -643,6 +643,9 @@ def test_the_stream_of_a_cache_without_a_ttl_offers_no_fast_forward(tiny):
     from kvlib.prompt_cache import ManualClock
     forever = widgets.PromptCacheStream(kvlib.PromptCache(tiny, ttl_seconds=float("inf"), clock=ManualClock()), [])
     assert forever.forward.disabled and forever.forward.description == "No TTL: entries never expire"
+    forever.fast_forward()
+    forever.send()
+    assert forever.pc.clock() == 0 and forever.status.value == "All requests sent. Build a new stream."
     for ttl, label in ((300, "6 min"), (30, "90 s")):  # the label says how far the clock moves: a minute past the TTL
         app = widgets.PromptCacheStream(kvlib.PromptCache(tiny, ttl_seconds=ttl, clock=ManualClock()), [])
         assert not app.forward.disabled and app.forward.description == f"Fast-forward {label}"
@@ -662,5 +665,6 @@ def test_a_stream_too_long_to_draw_says_so_in_place(tiny, monkeypatch):
         if "⚠" in app.status.value:
             break
     assert "not drawn: this view would send" in app.status.value and len(app.results) < 4
-    app.send()  # and it keeps working: the next click still sends (and says so)
-    assert "⚠" in app.status.value and app.pc.clock() > 0
+    assert len(app.view.requests) == len(app.results) - 1 and app.view.state_bytes() <= base.MAX_STATE_BYTES
+    app.send()  # and it keeps working: the next click still sends, and says it was not drawn either
+    assert "not drawn" in app.status.value and len(app.view.requests) == len(app.results) - 2

@@ -110,6 +110,8 @@ def test_divergence_finds_the_first_different_token(tiny):
     assert app.index is None and all(s.tokens == [] and s.title == "" for s in app.strips)
     app.b.value = "To be"
     assert "prefix" in app.note.value and [t["id"] for t in app.strips[1].tokens] == tiny.encode("To be")
+    app.b.value = app.a.value
+    assert app.note.value == f"the same tokens: all {len(a)} shared"
 
 
 def test_lookup_rows_are_the_table_rows(tiny):

@@ -52,8 +52,8 @@ class View(anywidget.AnyWidget):
         skip = {"_esm", "_css", "_anywidget_id"}
         return len(json.dumps({k: v for k, v in self.get_state().items() if k not in skip}, default=str))
 
-    def check_size(self):
-        n = self.state_bytes()
+    def check_size(self, more=0):  # more: bytes about to be added (refused before they are sent)
+        n = self.state_bytes() + more
         if n > MAX_STATE_BYTES:
             raise KVLibError(f"this view would send {n:,} bytes to the browser (more than {MAX_STATE_BYTES:,}): "
                              "use a shorter prompt or fewer steps")

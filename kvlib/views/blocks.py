@@ -5,6 +5,8 @@ every request that used it. On the cache's simulated clock, a bar under each sto
 much of its time to live is left; a block gone since (expired or evicted) is faded and struck through,
 with the reason on hover, read from the cache's own events (each names its block's key)."""
 
+import json
+
 import traitlets as T
 
 from ..texttable import text_table
@@ -36,13 +38,14 @@ class PromptBlocks(View):
         keys = pc.block_keys(ids, tenant, spans)
         blocks = [{"state": state, "start": a, "end": e, "text": pc.model.decode(ids[a:e]), "hash": key[:8].hex()}
                   for state, (a, e), key in zip(r.blocks, spans, keys, strict=True)]
+        request = {"label": label, "tenant": tenant, "at": pc.clock(), "input": r.input_tokens,
+                   "cached": r.cached_tokens, "written": r.written_tokens, "ms": round(result.seconds * 1e3, 1),
+                   "cost": cost, "gone": gone, "tail": len(ids) - (spans[-1][1] if spans else 0), "blocks": blocks}
+        self.check_size(more=len(json.dumps(request, default=str)))  # before the page is sent a view too big
         self.known.update({key[:8].hex(): key for key in keys})
-        self.requests = self.requests + [{
-            "label": label, "tenant": tenant, "at": pc.clock(), "input": r.input_tokens, "cached": r.cached_tokens,
-            "written": r.written_tokens, "ms": round(result.seconds * 1e3, 1), "cost": cost,
-            "gone": gone, "tail": len(ids) - (spans[-1][1] if spans else 0), "blocks": blocks}]
+        self.requests = self.requests + [request]
         self.refresh()
-        return self.check_size()
+        return self
 
     def refresh(self):
         """Read the cache now: which blocks shown are stored (until when) and which have gone (why, when)."""
