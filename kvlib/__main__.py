@@ -25,8 +25,10 @@ def cmd_generate(args):
     model = models.load_model(args.model, args.device)
     print(f"{model}\n", file=sys.stderr)
     print(args.prompt, end="", flush=True)
+    printed = []
     gen = generate(model, args.prompt, args.max_new_tokens, temperature=args.temperature, seed=args.seed,
-                   on_token=lambda _, piece: print(piece, end="", flush=True))
+                   on_token=lambda _, piece: (printed.append(piece), print(piece, end="", flush=True)))
+    print(gen.text[len("".join(printed)):], end="")  # a character the last token left unfinished ('�')
     print(f"\n\n[{len(gen.ids)} tokens, stopped: {gen.stop_reason}; "
           f"prefill {gen.step_seconds[0] * 1e3:.1f} ms, then "
           f"{sum(gen.step_seconds[1:]) / max(1, len(gen.step_seconds) - 1) * 1e3:.1f} ms per token]")

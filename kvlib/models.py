@@ -122,7 +122,8 @@ class Model:
         if past_len + len(ids) > self.config.n_ctx:
             raise KVLibError(
                 f"{past_len + len(ids)} tokens do not fit in {self.name}'s context of {self.config.n_ctx}"
-                f" ({past_len} cached + {len(ids)} new): shorten the prompt or start a new cache")
+                + (f" ({past_len} cached + {len(ids)} new): shorten the prompt or start a new cache" if past_len
+                   else ": shorten the prompt"))  # nothing cached: only the prompt can shrink
         return ids.to(self.device)
 
     @torch.no_grad()

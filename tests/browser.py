@@ -186,7 +186,8 @@ def open_and_run(browser, lab, name, timeout_s=240):
     failed = page.locator(f".jp-CodeCell:has({ERROR_OUTPUT})")
     if failed.count():
         cell = failed.first
-        raise AssertionError(f"{name}: a cell failed, so Run All stopped there; its code:\n"
+        raise AssertionError(f"{name}: a cell wrote to stderr (a traceback, where Run All stops, or a warning); "
+                             f"its code:\n"
                              f"{cell.locator('.jp-InputArea-editor').inner_text()[:800]}\n"
                              f"its output:\n{cell.locator(ERROR_OUTPUT).first.inner_text()[-2000:]}")
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)

@@ -32,8 +32,10 @@ def test_bad_input_raises_a_clear_value_error(tiny, call, words):
 def test_full_cache_refuses_more(tiny):
     cache = tiny.new_cache()
     tiny.forward([1] * tiny.config.n_ctx, cache=cache)
-    with pytest.raises(kvlib.KVLibError, match="start a new cache"):
+    with pytest.raises(kvlib.KVLibError, match=r"\(512 cached \+ 1 new\): shorten the prompt or start a new cache"):
         tiny.forward([1], cache=cache)
+    with pytest.raises(kvlib.KVLibError, match="513 tokens do not fit in tiny's context of 512: shorten the prompt$"):
+        tiny.forward([1] * 513)  # no cache to start again: only the prompt can shrink
 
 
 def test_unknown_model_names_the_choices():
