@@ -2,10 +2,11 @@
 and reused by later requests, so only the new part of a prompt goes through the model.
 
 Blocks, as vLLM's automatic prefix caching: a prompt is cut into blocks, and each block
-is stored under a hash of its tenant, its own tokens and its parent block's hash. The
-hash therefore names the whole prefix up to that block, so the longest cached prefix is
-found by walking a prompt's blocks from the start until one is missing, and a partial
-hit reuses every block before the first different token.
+is stored under a hash of its tenant and every token from the prompt's start to the
+block's end. The hash names the whole prefix, however a request cut it into blocks, so
+the longest cached prefix is the last of a prompt's block ends whose hash is stored (its
+blocks found from there, each naming the one before it), and a partial hit reuses every
+block before the first different token.
 
 Two modes, as the two big providers cache:
 - "automatic" (OpenAI): every prompt is cut into full blocks of `block_size` tokens by
@@ -75,7 +76,7 @@ class Event(NamedTuple):
     tenant: str   # None for an expiry or an eviction: the cache's doing, not a request's
     kind: str     # "hit" | "write" | "expire" | "evict"
     depth: int    # 0 for a prompt's first block
-    key: bytes    # the block's chained hash
+    key: bytes    # the block's key: the hash of its tenant and whole prefix
 
 
 @dataclass
@@ -216,18 +217,18 @@ class PromptCache:
         return list(zip([0] + ends[:-1], ends))
 
     def block_keys(self, ids, tenant, spans):
-        """The chained hash of every block: each names its whole prefix (and tenant). The tenant's name
-        is hashed on its own first, to a fixed 16 bytes: were it joined to the tokens' bytes, a name
-        ending in token bytes could forge another tenant's key (tested)."""
+        """The hash of every block's whole prefix (and tenant), from the prompt's start to the block's
+        end: the same prefix cut by other marks has the same key at its end (Anthropic's cache is keyed
+        by the prefix). The tenant's name is hashed on its own first, to a fixed 16 bytes: were it joined
+        to the tokens' bytes, a name ending in token bytes could forge another tenant's key (tested)."""
         if not isinstance(tenant, str):  # None and "None" must not share a key
             raise KVLibError(f"a tenant is named by a string, not {tenant!r}")
         name = ("*" if self.share_across_tenants else f"tenant:{tenant}").encode()
-        key = hashlib.blake2b(name, digest_size=16).digest()
+        prefix = hashlib.blake2b(hashlib.blake2b(name, digest_size=16).digest(), digest_size=16)
         keys = []
-        for start, end in spans:
-            block = torch.tensor(ids[start:end], dtype=torch.int64).numpy().tobytes()
-            key = hashlib.blake2b(key + block, digest_size=16).digest()
-            keys.append(key)
+        for start, end in spans:  # one after another from token 0: each block's tokens extend the prefix
+            prefix.update(torch.tensor(ids[start:end], dtype=torch.int64).numpy().tobytes())
+            keys.append(prefix.copy().digest())
         return keys
 
     def prefill(self, prompt, tenant="default", cache_control=None):
@@ -264,21 +265,26 @@ class PromptCache:
         with self._lock:
             now = self.clock()
             self._expire(now)
-            hits = []
-            for k in keys:
-                if k not in self.blocks:
-                    break
-                hits.append(self.blocks[k])
-            if hits and spans[len(hits) - 1][1] < self.min_tokens:
-                hits = []  # automatic mode: a hit shorter than the minimum is no hit
+            # the longest of the prompt's prefixes that is stored (whoever wrote it, cut by whatever marks)
+            hits = next((d + 1 for d in reversed(range(len(keys))) if keys[d] in self.blocks), 0)
+            if hits and spans[hits - 1][1] < self.min_tokens:
+                hits = 0  # automatic mode: a hit shorter than the minimum is no hit
+            chain = self._chain(keys[hits - 1]) if hits else []
             if hits:
-                self._touch(keys[len(hits) - 1], now)
-            for b, k in zip(hits, keys):
+                self._touch(keys[hits - 1], now)
+            for k, b in chain:
                 self.events.append(Event(now, tenant, "hit", b.depth, k))
-            joined = stretches(hits)
+            joined = stretches([b for _, b in chain])
             cache.share([[(run.keys[layer][:, a:e], run.values[layer][:, a:e]) for run, a, e in joined]
                          for layer in range(len(cache.layers))])  # by reference: nothing is copied
-        return ids, keys, spans, cache, len(hits)
+        return ids, keys, spans, cache, hits
+
+    def _chain(self, key):  # -> [(key, Block)]: the stored blocks of the prefix `key` names, from its start
+        chain = []
+        while key is not None:  # every stored block's parent is stored: only leaves are ever dropped
+            chain.append((key, self.blocks[key]))
+            key = self.blocks[key].parent
+        return chain[::-1]
 
     def _store(self, cache, ids, keys, spans, hits, tenant):
         """Write the request's new blocks, oldest first, within the byte budget; returns its Receipt."""

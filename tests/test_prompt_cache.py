@@ -342,6 +342,24 @@ def test_automatic_mode_caches_nothing_under_its_minimum_and_counts_hits_in_bloc
     assert (pc.prefill(system + ids(20, 4)).logits - tiny.forward(system + ids(20, 4))[-1]).abs().max() < 1e-4
 
 
+def test_explicit_mode_finds_a_marked_prefix_however_each_request_cut_it(tiny):
+    """A prefix is the same prefix whichever marks cut it into blocks, as Anthropic keys its cache by the
+    prefix: marked at 77, then at 10 and 77, it hits all 77; written as 10 + 67, a lone mark at 77 hits both."""
+    prefix, question = ids(77, 1), ids(9, 2)
+    for first, second in (([77], [10, 77]), ([10, 77], [77]), ([10, 77], [40, 77])):
+        pc = kvlib.PromptCache(tiny, mode="explicit")
+        pc.prefill(prefix + ids(5, 3), cache_control=first)
+        res = pc.prefill(prefix + question, cache_control=second)
+        r = res.receipt
+        assert (r.cached_tokens, r.written_tokens, r.blocks) == (77, 0, ["hit"] * len(second)), (first, second)
+        assert (res.logits - tiny.forward(prefix + question)[-1]).abs().max() < 1e-4
+        assert [e.kind for e in pc.events[-len(first):]] == ["hit"] * len(first)  # each stored block read once
+    pc = kvlib.PromptCache(tiny, mode="explicit")
+    pc.prefill(prefix + ids(5, 3), cache_control=[10, 77])
+    r = pc.prefill(prefix + question + ids(4, 4), cache_control=[50, 86]).receipt  # 50 was never a block end
+    assert (r.cached_tokens, r.written_tokens, r.blocks) == (0, 86, ["written", "written"])
+
+
 def test_explicit_mode_caches_exactly_the_marked_prefix(tiny):
     import pytest
     pc = kvlib.PromptCache(tiny, mode="explicit", min_tokens=50)

@@ -1,6 +1,6 @@
 """View 6, prompt-cache blocks: each request's blocks as chips, hit, written or computed (a colour and a glyph).
 
-Hover a chip for its tokens and the first 8 bytes of its chained hash; the same block lights up in
+Hover a chip for its tokens and the first 8 bytes of its prefix's hash; the same block lights up in
 every request that used it. On the cache's simulated clock, a bar under each stored block shows how
 much of its time to live is left; a block gone since (expired or evicted) is faded and struck through,
 with the reason on hover, read from the cache's own events (each names its block's key)."""
