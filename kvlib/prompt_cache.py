@@ -304,20 +304,23 @@ class PromptCache:
                   [v[:, first - hit:end - hit].clone() for _, v in own])
         with self._lock:
             now = self.clock()
-            for depth in range(start, len(keys)):
-                if keys[depth] in self.blocks:  # another request wrote it meanwhile
-                    self._touch(keys[depth], now)
+            for d in range(start, len(keys)):  # d: the block's place in this request
+                if keys[d] in self.blocks:  # another request wrote it meanwhile
+                    self._touch(keys[d], now)
                     continue
-                if depth and keys[depth - 1] not in self.blocks:
+                parent = keys[d - 1] if d else None
+                if parent is not None and parent not in self.blocks:
                     break  # its parent was evicted: the block could never be reached
-                a, e = spans[depth]
-                block = Block(run, a - first, e - first, depth, now, keys[depth - 1] if depth else None)
-                if not self._make_room(block.nbytes, protect=set(keys[:depth])):
+                # its depth in the stored prefix: its parent may be another request's block, cut by other marks
+                depth = self.blocks[parent].depth + 1 if parent is not None else 0
+                a, e = spans[d]
+                block = Block(run, a - first, e - first, depth, now, parent)
+                if not self._make_room(block.nbytes, protect={parent}):  # the parent's ancestors are no leaves
                     break
-                self.blocks[keys[depth]] = block
-                self._touch(keys[depth], now)  # its ancestors are as fresh as it is
-                self.events.append(Event(now, tenant, "write", depth, keys[depth]))
-                written[depth] = spans[depth]
+                self.blocks[keys[d]] = block
+                self._touch(keys[d], now)  # its ancestors are as fresh as it is
+                self.events.append(Event(now, tenant, "write", depth, keys[d]))
+                written[d] = spans[d]
             if len(written) < len(keys) - start:
                 self._loose.add(run)  # keep only what was written
             self._compact()

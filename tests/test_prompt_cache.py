@@ -360,6 +360,26 @@ def test_explicit_mode_finds_a_marked_prefix_however_each_request_cut_it(tiny):
     assert (r.cached_tokens, r.written_tokens, r.blocks) == (0, 86, ["written", "written"])
 
 
+def test_a_block_written_after_another_requests_blocks_sits_below_them(tiny):
+    """Its depth follows its parent, whoever wrote that; room is made by evicting any leaf but its parent."""
+    from kvlib.prompt_cache import ManualClock
+    prefix = ids(95, 1)
+    pc = kvlib.PromptCache(tiny, mode="explicit")
+    pc.prefill(prefix[:80], cache_control=[10, 77])            # blocks 0-10 (depth 0) and 10-77 (depth 1)
+    r = pc.prefill(prefix, cache_control=[77, 90]).receipt     # hits 0-77, writes 77-90 below 10-77
+    assert r.blocks == ["hit", "written"] and pc.events[-1].kind == "write" and pc.events[-1].depth == 2
+    assert sorted(b.depth for b in pc.blocks.values()) == [0, 1, 2]
+    per_token = memory_bytes(tiny)
+    pc = kvlib.PromptCache(tiny, mode="explicit", clock=ManualClock(), max_bytes=95 * per_token)
+    pc.prefill(prefix[:20], cache_control=10)                   # a leaf of 10 tokens, no part of what follows
+    pc.clock.now += 1
+    pc.prefill(prefix[:80], cache_control=77)                   # 77 more: the budget is full but for 8 tokens
+    pc.clock.now += 1
+    r = pc.prefill(prefix, cache_control=[10, 77, 90]).receipt  # hits 77 through the second request's block
+    assert r.blocks == ["hit", "hit", "written"] and r.written_tokens == 13  # the 10-token leaf made room
+    assert [e.kind for e in pc.events[-2:]] == ["evict", "write"] and pc.nbytes <= 95 * per_token
+
+
 def test_explicit_mode_caches_exactly_the_marked_prefix(tiny):
     import pytest
     pc = kvlib.PromptCache(tiny, mode="explicit", min_tokens=50)

@@ -123,3 +123,21 @@ def test_prompt_blocks_stand_alone_on_a_cache(tiny):
     pc.expire()
     view.refresh()
     assert {s["gone"] for s in view.stored.values()} == {"expired"}
+
+
+def test_a_hit_chip_shows_the_stored_block_it_read(tiny):
+    """Marked at 10 and 77 after a request that marked 77 alone, the chip of tokens 0-10 read the other request's
+    block of 0-77 (its own key was never stored): it shows that block's time to live, then its expiry."""
+    pc = kvlib.PromptCache(tiny, mode="explicit", clock=ManualClock())
+    view, prefix = PromptBlocks(pc), tiny.encode(SYSTEM)[:77]
+    for label, mark, tail in (("A", 77, " Who?"), ("B", [10, 77], " Why?")):
+        prompt = prefix + tiny.encode(tail)
+        view.add(label, "t", prompt, pc.prefill(prompt, tenant="t", cache_control=mark), 1.0, mark)
+    a, b = ([chip["hash"] for chip in row["blocks"]] for row in view.requests)
+    assert [chip["state"] for chip in view.requests[1]["blocks"]] == ["hit", "hit"] and len(pc.blocks) == 1
+    assert b[1] == a[0] and b[0] not in {k[:8].hex() for k in pc.blocks}  # 0-77 is A's block; 0-10 never stored
+    assert view.stored[b[0]] == view.stored[a[0]] == {"expires": 300.0}
+    pc.clock.advance(301)
+    pc.expire()
+    view.refresh()
+    assert view.stored[b[0]] == view.stored[a[0]] == {"gone": "expired", "at": 301.0}

@@ -42,7 +42,11 @@ class PromptBlocks(View):
                    "cached": r.cached_tokens, "written": r.written_tokens, "ms": round(result.seconds * 1e3, 1),
                    "cost": cost, "gone": gone, "tail": len(ids) - (spans[-1][1] if spans else 0), "blocks": blocks}
         self.check_size(more=len(json.dumps(request, default=str)))  # before the page is sent a view too big
-        self.known.update({key[:8].hex(): key for key in keys})
+        # a hit chip shows the stored block it read: its own key, or (explicit marks cut the prefix otherwise
+        # than the request that wrote it) the deepest key that hit, whose blocks hold all of the hit
+        hits = r.blocks.count("hit")
+        self.known.update({key[:8].hex(): key if d >= hits or key in pc.blocks else keys[hits - 1]
+                           for d, key in enumerate(keys)})
         self.requests = self.requests + [request]
         self.refresh()
         return self
