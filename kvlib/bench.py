@@ -205,7 +205,8 @@ BATCHES = (1, 8, 32)
 def batch_rates(model, batches=BATCHES, prompt_len=32, new_tokens=16, repeats=2, seed=0):
     """Total decode tokens/s of generate_batch at each batch size: random prompts of prompt_len tokens,
     new_tokens each (no early stop), the decode steps timed (not the prefills, which run one prompt at a
-    time); every size taken in turn, best of `repeats` rounds after a warm-up; ratios to the smallest."""
+    time); b tokens per a round's median step (a step the machine stalled does not count), every size taken
+    in turn, best of `repeats` rounds after a warm-up; ratios to the smallest."""
     best = {}
     for round in range(repeats + 1):  # round 0 warms up
         for b in batches:
@@ -213,7 +214,7 @@ def batch_rates(model, batches=BATCHES, prompt_len=32, new_tokens=16, repeats=2,
             gens = generate_batch(model, prompts, max_new_tokens=new_tokens, stop_at_eos=False)
             steps = gens[0].step_seconds[1:]  # every sequence takes part in every decode step
             if round:
-                best[b] = max(best.get(b, 0), b * len(steps) / sum(steps))
+                best[b] = max(best.get(b, 0), b / statistics.median(steps))
     return {"prompt_len": prompt_len, "new_tokens": new_tokens, "tokens_per_second": best,
             "over_batch_1": {b: tps / best[batches[0]] for b, tps in best.items()}}
 
