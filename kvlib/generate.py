@@ -56,9 +56,10 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
              seed=None, on_token=None, stop_at_eos=True, cache=None):
     """Continue `prompt` (text or ids). on_token(id, text_piece) is called as each token arrives
     and may return False to stop (a Stop button); text_piece is "" while a character several tokens
-    long is still arriving, so the pieces join up to gen.text (but for a character the last token cut). cache: a KVCache to fill instead of a new one,
-    empty (so a caller can watch it grow from on_token) or having already read the prompt's first
-    tokens (a prompt-cache hit: only the rest is fed); gen.cache is it either way.
+    long is still arriving, so the pieces join up to gen.text (but for a character the last token cut).
+    cache: a KVCache to fill instead of a new one, empty (so a caller can watch it grow from on_token)
+    or having already read the prompt's first tokens (a prompt-cache hit: only the rest is fed);
+    gen.cache is it either way.
 
     Stops after max_new_tokens, at the end-of-text token, or when the context is full
     (gen.stop_reason says which). The one decode loop: PromptCache.answer and the views use it."""
