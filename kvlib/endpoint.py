@@ -13,12 +13,15 @@ http://localhost:8000/v1), KVLIB_ENDPOINT_KEY (its API key, if it needs one) and
 (the model's name; without it, the first the server lists).
 
 Each request is streamed (server-sent events) and timed with the local clock: `ttft` from sending
-to the first piece of text, `seconds` to the end of the stream. The reused prompt tokens come from
-`usage.prompt_tokens_details.cached_tokens` where the endpoint reports it (OpenAI, vLLM, SGLang),
-and from llama-server's own `timings` (`cache_n` reused, `prompt_n` computed, `prompt_ms`...)
-where it sends them. Only the standard library is used: nothing to install.
+to the first piece of text, `seconds` to the end of the stream. A stream ends with `data: [DONE]`, as
+OpenAI's API and every server above send it: one that closes or breaks off before is an error, never
+a shorter answer. The reused prompt tokens come from `usage.prompt_tokens_details.cached_tokens`
+where the endpoint reports it (OpenAI, vLLM, SGLang), and from llama-server's own `timings`
+(`cache_n` reused, `prompt_n` computed, `prompt_ms`...) where it sends them. Only the standard
+library is used: nothing to install.
 """
 
+import http.client
 import json
 import os
 import socket
@@ -100,11 +103,14 @@ class Endpoint:
         pieces, usage, timings, ttft = [], {}, {}, None
         t0 = time.perf_counter()
         with self._open("POST", path, body) as response:
-            for line in response:  # one server-sent event per `data:` line; blank lines and `:` pings between
-                line = line.decode().strip()
-                if not line.startswith("data:") or line == "data: [DONE]":
+            # one server-sent event per `data:` line; blank lines and `:` pings between
+            for line in self._read(path, response):
+                line = line.decode(errors="replace").strip()
+                if line == "data: [DONE]":
+                    break
+                if not line.startswith("data:"):
                     continue
-                event = json.loads(line[5:])
+                event = self._json(path, line[5:])
                 if "error" in event:
                     raise KVLibError(f"{self.url}{path} stopped with an error: {event['error']}")
                 for choice in event.get("choices") or []:
@@ -114,13 +120,30 @@ class Endpoint:
                     pieces.append(piece)
                 usage = event.get("usage") or usage
                 timings = event.get("timings") or timings
+            else:  # the connection closed with no [DONE]: what came is part of an answer, not an answer
+                raise KVLibError(f"{self.url}{path} closed its stream before `data: [DONE]`: the answer is incomplete; "
+                                 "see the server's log, then send the request again")
         seconds = time.perf_counter() - t0
         return Reply("".join(pieces), seconds if ttft is None else ttft, seconds, usage, timings)
 
     def request(self, method, path, body=None):
         """One JSON request, its JSON answer."""
         with self._open(method, path, body) as response:
-            return json.load(response)
+            return self._json(path, b"".join(self._read(path, response)).decode(errors="replace"))
+
+    def _read(self, path, response):  # the response's lines, a break in the connection as a KVLibError
+        try:
+            yield from response
+        except (http.client.HTTPException, OSError) as e:  # a reset, a chunk cut short, a timeout mid-answer
+            raise KVLibError(f"the connection to {self.url}{path} broke off mid-answer ({e!r}): see the server's "
+                             "log, then send the request again") from e
+
+    def _json(self, path, text):
+        try:
+            return json.loads(text)
+        except ValueError as e:
+            raise KVLibError(f"{self.url}{path} sent {text[:200]!r}, which is not JSON: is {self.url} an "
+                             "OpenAI-compatible API (its base URL, ending in /v1)?") from e
 
     def _open(self, method, path, body):
         headers = {"Content-Type": "application/json"}
@@ -134,8 +157,11 @@ class Endpoint:
             detail = e.read().decode(errors="replace")[:500]
             if e.code in (401, 403):
                 raise KVLibError(f"{self.url} refused the request ({e.code}): set {KEY} to a valid key") from e
-            raise KVLibError(f"{method} {self.url}{path} answered {e.code}: {detail}"
-                             + (" (does the URL end in /v1?)" if e.code == 404 else "")) from e
+            if e.code == 404:
+                detail += " (does the URL end in /v1?)"
+            elif e.code >= 500:  # the server is there but failed: its log, not this request, says why
+                detail += " (the server failed: see its log, then send the request again)"
+            raise KVLibError(f"{method} {self.url}{path} answered {e.code}: {detail}") from e
         except (urllib.error.URLError, socket.timeout, ConnectionError) as e:
             why = getattr(e, "reason", e)
             raise KVLibError(f"nothing answers at {self.url} ({why}): start the server, or {HOW}") from e
