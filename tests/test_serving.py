@@ -131,6 +131,31 @@ def test_admission_waits_for_free_blocks(tiny, hf_tiny, stream):
     assert run.served[i].ids == hf_greedy(hf_tiny[0], stream[i].prompt_ids, stream[i].max_new_tokens)
 
 
+@pytest.mark.parametrize("policy", serving.POLICIES)
+def test_a_full_pool_keeps_first_come_first_served(tiny, policy):
+    """Two large requests, then two small ones, in a pool of 5 blocks of 8 tokens. Blocks held at each one's end
+    (prompt + answer - 1 tokens): A 20 + 6 - 1 = 25 tokens, 4 blocks; B 20 + 4 - 1 = 23, 3 blocks; C and D
+    3 + 2 - 1 = 4, 1 block each. A joins at step 0 (4 of 5 promised); B, next in line, needs 3 and waits, and C
+    and D, which would fit in the 1 left, wait behind it. A decodes in steps 1-5 and leaves at the end of step 5;
+    at step 6 B, C and D join together (3 + 1 + 1 = 5) and are prefilled into slots 0-2; C and D end at step 7,
+    B at step 9. Static batching runs the same steps: every batch here starts on an empty one."""
+    lengths = {"A": (20, 6), "B": (20, 4), "C": (3, 2), "D": (3, 2)}
+    requests = [serving.Request(name, random_ids(tiny, prompt, seed=k), answer)
+                for k, (name, (prompt, answer)) in enumerate(lengths.items())]
+    run = serving.serve(tiny, requests, policy, max_batch=4, block_size=8, n_blocks=5)
+    assert {s.request.label: (s.slot, s.first[0], s.last[0]) for s in run.served} == \
+           {"A": (0, 0, 5), "B": (0, 6, 9), "C": (1, 6, 7), "D": (2, 6, 7)}
+    A, B, C, D = range(4)
+    idle = [None] * 3
+    assert [step.cells for step in run.steps] == [[(A, "prefill")] + idle] + [[(A, "decode")] + idle] * 5 + [
+        [(B, "prefill"), (C, "prefill"), (D, "prefill"), None], [(B, "decode"), (C, "decode"), (D, "decode"), None],
+        [(B, "decode")] + idle, [(B, "decode")] + idle]
+    # blocks in use after each step: A's 20..24 tokens fill 3, its 25th a 4th, given back as it ends at step 5;
+    # then B's 20 tokens 3, C's and D's 3 one each; C and D leave after step 7 (4 tokens, still 1 block each)
+    assert [step.blocks for step in run.steps] == [3, 3, 3, 3, 3, 0, 5, 3, 3, 0]
+    assert run.blocks_allocated == run.blocks_freed == 4 + 3 + 1 + 1 and run.blocks_in_use == 0
+
+
 def test_request_stream_is_seeded_and_scaled(tiny):
     a = serving.request_stream(tiny, 40, seed=3, max_len=64)
     assert a == serving.request_stream(tiny, 40, seed=3, max_len=64) != serving.request_stream(tiny, 40, seed=4, max_len=64)
