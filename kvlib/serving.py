@@ -22,8 +22,10 @@ a request when the pool is full.
 
 The stream arrives all at once, at time 0 (a burst, as a benchmark replays one): time to first token
 and latency are then measured from the start, and which request runs when depends on the seed alone,
-never on how fast a step happened to run on a busy machine. As in vLLM's benchmark (ignore_eos), each
-request produces exactly its drawn answer length: the end-of-text token does not stop it.
+never on how fast a step happened to run on a busy machine: so both are counted in steps too
+(`steps_to_first_token`, `steps_to_last_token`), which no clock changes. As in vLLM's benchmark
+(ignore_eos), each request produces exactly its drawn answer length: the end-of-text token does not
+stop it.
 
 A shared system prompt: N users whose prompts begin with the same s tokens can hold those tokens' blocks
 once (prefilled once, then `PagedKVCache.add(prefix_of=...)` per user). With blocks of b tokens and user
@@ -77,6 +79,16 @@ class Served:  # one request's life in a run; times in seconds from the start (w
     ttft: float = 0.0     # time to first token
     latency: float = 0.0  # time to its last token
 
+    @property
+    def steps_to_first_token(self):
+        """Steps from the start to its first token, the step that made it included: its time to first token
+        counted in steps, which depends on the stream and the policy alone, never on the machine's speed."""
+        return self.first[0] + 1
+
+    @property
+    def steps_to_last_token(self):  # its latency counted in steps, as steps_to_first_token counts its TTFT
+        return self.last[0] + 1
+
 
 @dataclass
 class Step:
@@ -120,6 +132,14 @@ class ServingRun:
     @property
     def mean_ttft(self):
         return sum(s.ttft for s in self.served) / len(self.served)
+
+    @property
+    def mean_steps_to_first_token(self):  # mean_ttft counted in steps (Served.steps_to_first_token): no clock in it
+        return sum(s.steps_to_first_token for s in self.served) / len(self.served)
+
+    @property
+    def mean_steps_to_last_token(self):  # mean_latency counted in steps
+        return sum(s.steps_to_last_token for s in self.served) / len(self.served)
 
     @property
     def idle(self):  # the fraction of slot-steps that held no request
