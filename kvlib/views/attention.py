@@ -8,12 +8,13 @@ browser. Where every head of every layer would not fit in the 1 MB a view may se
 another when the browser asks for it: the one message it sends the kernel."""
 
 import json
+import reprlib
 
 import traitlets as T
 
-from ..errors import KVLibError
+from ..errors import KVLibError, is_count
 from ..trace import Trace
-from .base import MAX_STATE_BYTES, View, link_for, module, rounded
+from .base import MAX_STATE_BYTES, View, check_model, layer_head, link_for, module, prompt_ids, rounded
 
 
 def layer_bytes(n_head, n):  # most bytes one layer's [n_head][n][n] can take as JSON: "0.123, " is 7
@@ -41,25 +42,28 @@ class AttentionGrid(View):
         """Run `model` on the ids (or text) and show its attention. prompt_len: rows at step 0 (default:
         all, nothing to step); notes: one line per step; link: by default one made from the prompt's
         tokens, so views of one generation light up together; trace: this very run's Trace, if already made."""
-        ids = model.check_ids(ids_or_text).tolist()
+        ids = prompt_ids(check_model(model, "AttentionGrid.of"), ids_or_text, "AttentionGrid.of")
         c, n = model.config, len(ids)
         prompt_len = n if prompt_len is None else prompt_len
-        notes = list(notes or [])
-        if not 1 <= prompt_len <= n or notes and len(notes) != n - prompt_len + 1:
-            raise KVLibError(f"{n} tokens, prompt_len {prompt_len} and {len(notes)} notes: "
-                             "give 1 <= prompt_len <= the tokens, and one note per step (or none)")
-        if not 0 <= layer < c.n_layer or head != "mean" and not (isinstance(head, int) and 0 <= head < c.n_head):
-            raise KVLibError(f"{model.name} has layers 0-{c.n_layer - 1} and heads 0-{c.n_head - 1} "
-                             f"(or head='mean'); got layer {layer!r}, head {head!r}")
+        notes = [] if notes is None else notes
+        if not (is_count(prompt_len) and 1 <= prompt_len <= n and isinstance(notes, (list, tuple))) \
+                or notes and len(notes) != n - prompt_len + 1:
+            raise KVLibError(f"{n} tokens, prompt_len {prompt_len!r} and notes {reprlib.repr(notes)}: give a whole "
+                             "number 1 <= prompt_len <= the tokens, and a list of one note per step (or none)")
+        layer, head = layer_head(model, layer, head, mean=True)
         if trace is None:
             trace = Trace()
             model.forward(ids, trace=trace)
-        elif trace.layers[0].weights.shape[-1] != n:
-            raise KVLibError(f"the trace read {trace.layers[0].weights.shape[-1]} tokens, not these {n}: pass the "
-                             "Trace of this very run")
+        shapes = {tuple(t.weights.shape) for t in trace.layers} if isinstance(trace, Trace) else None
+        if shapes != {(c.n_head, n, n)} or len(trace.layers) != c.n_layer:
+            got = f"a {type(trace).__name__}" if shapes is None else \
+                f"{len(trace.layers)} layers of weights {', '.join(map(str, sorted(shapes))) or '(none)'}"
+            raise KVLibError(f"trace= takes the Trace of this very run: {c.n_layer} layers of weights "
+                             f"{(c.n_head, n, n)} (heads, tokens, tokens) for these {n} tokens; got {got}")
         tokens = [model.decode([i]) for i in ids]
         view = cls(title=f"{model.name}: attention over {len(tokens)} tokens" if title is None else title,
-                   tokens=tokens, prompt_len=prompt_len, notes=notes, link=link or link_for(tokens[:prompt_len]), head=head)
+                   tokens=tokens, prompt_len=int(prompt_len), notes=list(notes), head=head,
+                   link=link or link_for(tokens[:prompt_len]))
         view._weights = [t.weights.cpu() for t in trace.layers]  # [n_head, T, T] per layer, sent on demand
         view.weights = view._around(layer)
         view.layer = layer

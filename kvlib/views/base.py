@@ -14,12 +14,15 @@ shows its `summary()` as text instead of a blank.
 import hashlib
 import html
 import json
+import reprlib
 from pathlib import Path
 
 import anywidget
+import torch
 import traitlets as T
 
-from ..models import KVLibError
+from ..errors import is_count
+from ..models import KVLibError, Model
 
 HERE = Path(__file__).parent
 MAX_STATE_BYTES = 1_000_000  # a view's data, as sent to the browser
@@ -34,16 +37,57 @@ def link_for(tokens):  # one name per prompt: views of a run from the same promp
 
 
 def rounded(x, digits):  # a tensor or nested list -> nested lists of floats, rounded for display
-    if hasattr(x, "tolist"):
-        x = x.detach().cpu().float().tolist() if hasattr(x, "detach") else x.tolist()
+    if hasattr(x, "tolist"):  # double: any float dtype becomes Python floats, float64 without losing a digit
+        x = x.detach().cpu().double().tolist() if hasattr(x, "detach") else x.tolist()
     if isinstance(x, list):
         return [rounded(v, digits) for v in x]
     return round(float(x), digits)
 
 
+def check_model(model, who):  # -> model, once it is a loaded kvlib Model (not its name, a trace or a tokenizer)
+    if not isinstance(model, Model):
+        raise KVLibError(f"{who} takes a loaded model, as kvlib.load_model('tiny') returns; got {reprlib.repr(model)}")
+    return model
+
+
+def prompt_ids(model, prompt, who):  # -> the prompt's ids as a list, checked against the model's vocabulary and context
+    ids = prompt.tolist() if hasattr(prompt, "tolist") else prompt
+    if not (isinstance(ids, str) or isinstance(ids, (list, tuple)) and all(map(is_count, ids))):
+        raise KVLibError(f"{who} takes the prompt as text or a flat list of token ids (whole numbers); "
+                         f"got {reprlib.repr(prompt)}")
+    return model.check_ids(ids).tolist()
+
+
+def layer_head(model, layer, head, mean=False):  # -> (layer, head) as Python ints (head may be "mean" if mean)
+    c, or_mean = model.config, " (or head='mean')" if mean else ""
+    is_mean = mean and isinstance(head, str) and head == "mean"
+    if not (is_count(layer) and 0 <= layer < c.n_layer and (is_mean or is_count(head) and 0 <= head < c.n_head)):
+        raise KVLibError(f"{model.name} has layers 0-{c.n_layer - 1} and heads 0-{c.n_head - 1}{or_mean}: pass "
+                         f"whole numbers in those ranges; got layer {layer!r}, head {head!r}")
+    return int(layer), head if is_mean else int(head)  # numpy's ints too: a trait takes Python's only
+
+
+def numbers(x, what):  # -> x as a float64 tensor of finite numbers, or a KVLibError saying what to pass
+    try:
+        t = torch.as_tensor(x, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):  # a string, a model, rows of unequal lengths
+        raise KVLibError(f"{what} must be numbers: a tensor, or nested lists of equal lengths; "
+                         f"got {reprlib.repr(x)}") from None
+    if not t.isfinite().all():  # JSON, how a view reaches the browser, has no NaN or infinity
+        raise KVLibError(f"{what} holds NaN or infinity, which a view cannot send to the browser: pass finite "
+                         "numbers (torch.nan_to_num replaces them)")
+    return t
+
+
 class View(anywidget.AnyWidget):
     _css = (HERE / "style.css").read_text()
     link = T.Unicode("").tag(sync=True)   # views with the same link light up together
+
+    def __init__(self, **traits):
+        try:
+            super().__init__(**traits)
+        except T.TraitError as err:  # a title that is no string, say; traitlets' words already name what it takes
+            raise KVLibError(str(err)) from None
 
     def summary(self):  # -> text a reader gets where widgets cannot be shown
         raise NotImplementedError

@@ -6,11 +6,15 @@ much of its time to live is left; a block gone since (expired or evicted) is fad
 with the reason on hover, read from the cache's own events (each names its block's key)."""
 
 import json
+import math
+import reprlib
 
 import traitlets as T
 
+from ..errors import KVLibError, is_count, is_number
+from ..prompt_cache import Prefill, PromptCache
 from ..texttable import text_table
-from .base import View, module
+from .base import View, module, prompt_ids
 
 GONE = {"expire": "expired", "evict": "evicted"}
 
@@ -26,25 +30,38 @@ class PromptBlocks(View):
     stored = T.Dict().tag(sync=True)         # block hash -> {"expires": t} while stored, {"gone", "at"} after
 
     def __init__(self, pc, note="", **kwargs):
+        if not isinstance(pc, PromptCache):
+            raise KVLibError(f"PromptBlocks shows a PromptCache (kvlib.PromptCache(model)); got {reprlib.repr(pc)}")
         super().__init__(note=note, ttl=pc.ttl, **kwargs)
         self.pc, self.known, self.seen = pc, {}, len(pc.events)  # known: hash shown -> the block's key
         self.refresh()
 
     def add(self, label, tenant, prompt, result, cost, cache_control=None, gone=0):
-        """One request just sent through the cache (its PromptCache.prefill Result), and what it cost."""
+        """One request just sent through the cache (the Prefill PromptCache.prefill returned), and what it cost."""
+        if not (isinstance(label, str) and isinstance(result, Prefill) and is_number(cost) and math.isfinite(cost)
+                and is_count(gone) and gone >= 0):
+            raise KVLibError(f"add takes a label (a str), what pc.prefill returned, its cost (a finite number) and "
+                             f"how many blocks went (a whole number); got {reprlib.repr(label)}, "
+                             f"{type(result).__name__}, {cost!r}, {gone!r}")
         pc, r = self.pc, result.receipt
-        ids = pc.model.check_ids(prompt).tolist()
+        ids = prompt_ids(pc.model, prompt, "PromptBlocks.add")
         spans = pc.spans(len(ids), cache_control)
         keys = pc.block_keys(ids, tenant, spans)
+        hits = r.blocks.count("hit")
+        # the blocks this request wrote, and the deepest it hit, are in the cache's record under these keys
+        mine = [key for key, state in zip(keys, r.blocks) if state == "written"] + keys[hits - 1:hits]
+        if r.input_tokens != len(ids) or len(r.blocks) != len(spans) or \
+                not set(mine) <= {e.key for e in pc.events if e.kind in ("hit", "write")}:
+            raise KVLibError("this Prefill is not of this prompt on this cache: pass the prompt, tenant and "
+                             "cache_control that this view's cache was given by pc.prefill")
         blocks = [{"state": state, "start": a, "end": e, "text": pc.model.decode(ids[a:e]), "hash": key[:8].hex()}
                   for state, (a, e), key in zip(r.blocks, spans, keys, strict=True)]
         request = {"label": label, "tenant": tenant, "at": pc.clock(), "input": r.input_tokens,
                    "cached": r.cached_tokens, "written": r.written_tokens, "ms": round(result.seconds * 1e3, 1),
-                   "cost": cost, "gone": gone, "tail": len(ids) - (spans[-1][1] if spans else 0), "blocks": blocks}
+                   "cost": float(cost), "gone": int(gone), "tail": len(ids) - (spans[-1][1] if spans else 0), "blocks": blocks}
         self.check_size(more=len(json.dumps(request, default=str)))  # before the page is sent a view too big
         # a hit chip shows the stored block it read: its own key, or (explicit marks cut the prefix otherwise
         # than the request that wrote it) the deepest key that hit, whose blocks hold all of the hit
-        hits = r.blocks.count("hit")
         self.known.update({key[:8].hex(): key if d >= hits or key in pc.blocks else keys[hits - 1]
                            for d, key in enumerate(keys)})
         self.requests = self.requests + [request]

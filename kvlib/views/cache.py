@@ -11,7 +11,7 @@ import traitlets as T
 
 from ..generate import generate
 from ..memory import model_kv_bytes_per_token
-from .base import View, link_for, module, rounded
+from .base import View, check_model, link_for, module, prompt_ids, rounded
 
 PREVIEW = 8  # numbers of each row drawn (KV head 0, dims 0-7); every layer holds n_kv_head × head_dim
 
@@ -32,13 +32,14 @@ class CacheGrowth(View):
     @classmethod
     def of(cls, model, prompt="Mary had a little", new_tokens=8, link=None):
         """Generate greedily with a cache, reading the cache's bytes after every step."""
+        ids = prompt_ids(check_model(model, "CacheGrowth.of"), prompt, "CacheGrowth.of")
         cache, nbytes, layer_nbytes = model.new_cache(), [], []
 
         def record(token, piece):
             nbytes.append(cache.nbytes)
             layer_nbytes.append([layer.nbytes for layer in cache.layers])
 
-        gen = generate(model, prompt, new_tokens, cache=cache, on_token=record, stop_at_eos=False)
+        gen = generate(model, ids, new_tokens, cache=cache, on_token=record, stop_at_eos=False)
         held = gen.prompt_ids + gen.ids[:-1]  # the last token picked is never fed, so never cached
         tokens = [model.decode([i]) for i in held]
         fed = [len(gen.prompt_ids)] + [1] * (len(gen.ids) - 1)

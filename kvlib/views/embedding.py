@@ -5,11 +5,19 @@ being printed over its neighbours. The 1D / 2D / 3D switch, turning the 3D pictu
 arrow keys) and the hover all happen in the browser: PCA's components are nested (the first d columns
 of the 3-D projection are the d-D projection), so one set of coordinates serves all three pictures."""
 
+import reprlib
+
 import traitlets as T
 
 from .. import embeddings
+from ..errors import check_count, is_count
 from ..models import KVLibError
-from .base import View, link_for, module, rounded
+from .base import View, check_model, link_for, module, rounded
+
+
+def is_pair(p, model):  # (word, token id) of `model`'s vocabulary
+    return isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) and is_count(p[1]) \
+        and 0 <= p[1] < model.config.vocab_size
 
 
 class EmbeddingMap(View):
@@ -25,14 +33,19 @@ class EmbeddingMap(View):
     @classmethod
     def of(cls, model, families=None, dims=2, digits=4):
         """families: {family: [(word, id)]} (by default embeddings.families(model))."""
-        if dims not in (1, 2, 3):
+        check_model(model, "EmbeddingMap.of"), check_count(digits, "digits", least=0)
+        if not (is_count(dims) and dims in (1, 2, 3)):
             raise KVLibError(f"the map shows 1, 2 or 3 dimensions, not {dims!r}")
-        fams = families or embeddings.families(model)
+        fams = embeddings.families(model) if families is None else families
+        if not (isinstance(fams, dict) and all(isinstance(f, (list, tuple)) and len(f) >= 2 for f in fams.values())
+                and sum(map(len, fams.values())) >= 3 and all(is_pair(p, model) for f in fams.values() for p in f)):
+            raise KVLibError(f"families maps each family's name to 2 or more (word, token id) pairs, 3 words in all, "
+                             f"as embeddings.families(model) returns; got {reprlib.repr(fams)}")
         coords, _, labels = embeddings.project(model, fams, 3)
-        ids = [i for f in fams.values() for _, i in f]
+        ids = [int(i) for f in fams.values() for _, i in f]
         words = [model.decode([i]) for i in ids]
         return cls(title=f"{len(ids)} token embeddings of {model.name} ({model.config.n_embd} dims) projected by PCA",
-                   words=words, ids=ids, labels=labels, coords=rounded(coords, digits), dims=dims,
+                   words=words, ids=ids, labels=labels, coords=rounded(coords, digits), dims=int(dims),
                    scores=[embeddings.separation(coords[:, :d], labels) for d in (1, 2, 3)],
                    link=link_for(words)).check_size()
 

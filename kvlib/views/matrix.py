@@ -3,10 +3,12 @@
 Each number is printed on its colour; a wide matrix is folded ("dims 0–5 … 62–63 of 64") with
 every value on hover. A row just appended slides in and stays marked."""
 
+import reprlib
+
 import traitlets as T
 
-from ..errors import KVLibError
-from .base import View, link_for, module, rounded
+from ..errors import KVLibError, is_count
+from .base import View, link_for, module, numbers, rounded
 
 HOVER_DIGITS = 4  # what a hover shows; the cells print `digits`
 
@@ -22,13 +24,18 @@ class Matrix(View):
     @classmethod
     def of(cls, matrix, tokens, title="", digits=2, new_row=-1, link=None):
         """matrix: [T, n] tensor (or nested list), tokens: T strings."""
-        values = rounded(matrix, HOVER_DIGITS)
-        if not values or not isinstance(values[0], list):
-            raise KVLibError("Matrix.of takes a 2-D matrix [tokens, dims]; pass one row per token")
-        if len(values) != len(tokens):
-            raise KVLibError(f"{len(tokens)} token labels for {len(values)} rows: pass one label per row")
-        return cls(title=title, rows=list(tokens), values=values, digits=digits,
-                   new_row=new_row if new_row >= 0 else -1, link=link or link_for(list(tokens))).check_size()
+        m = numbers(matrix, "Matrix.of's matrix")
+        if m.dim() != 2 or 0 in m.shape:
+            raise KVLibError(f"Matrix.of takes a 2-D matrix [tokens, dims], got shape {tuple(m.shape)}: pass one row "
+                             "(of at least one number) per token")
+        if not (isinstance(tokens, (list, tuple)) and all(isinstance(t, str) for t in tokens)) or len(tokens) != len(m):
+            raise KVLibError(f"{len(m)} rows labelled by {reprlib.repr(tokens)}: pass a list of strings, one label "
+                             "per row")
+        if not (is_count(new_row) and -1 <= new_row < len(m) and is_count(digits) and 0 <= digits <= HOVER_DIGITS):
+            raise KVLibError(f"new_row is a row of the {len(m)} (or -1, none) and digits 0 to {HOVER_DIGITS}; got "
+                             f"new_row {new_row!r}, digits {digits!r}")
+        return cls(title=title, rows=list(tokens), values=rounded(m, HOVER_DIGITS), digits=int(digits),
+                   new_row=int(new_row), link=link or link_for(list(tokens))).check_size()
 
     def summary(self):
         n = len(self.values[0]) if self.values else 0

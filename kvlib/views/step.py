@@ -7,13 +7,14 @@ made-up numbers (4 tokens, head size 4, so √4 = 2) that a learner can multiply
 `of(model, ...)` the same step on a real head of the loaded model, with its live numbers."""
 
 import math
+import reprlib
 
 import torch
 import traitlets as T
 
 from ..cache_evidence import cached_step
 from ..errors import KVLibError
-from .base import View, link_for, module, rounded
+from .base import View, check_model, layer_head, link_for, module, numbers, prompt_ids, rounded
 
 PARTS = ["q", "K", "scores", "mask", "weights", "V", "out"]
 TOY_TOKENS = ["Mary", " had", " a", " little"]
@@ -44,10 +45,13 @@ class DecodeStep(View):
     @classmethod
     def from_tensors(cls, tokens, q, K, V, title, toy=False, link=None):
         """q [1, hs], K and V [S, hs] with the new token's row last."""
-        q, K, V = (torch.as_tensor(x, dtype=torch.float64) for x in (q, K, V))
-        if q.shape != (1, K.shape[1]) or K.shape != V.shape or K.shape[0] != len(tokens):
-            raise KVLibError(f"a step needs q [1, hs] and K, V [S, hs] for S = {len(tokens)} tokens; got "
-                             f"{tuple(q.shape)}, {tuple(K.shape)}, {tuple(V.shape)}")
+        if not (isinstance(tokens, (list, tuple)) and tokens and all(isinstance(t, str) for t in tokens)):
+            raise KVLibError(f"a step's tokens are a list of strings, the new token's last; got {reprlib.repr(tokens)}")
+        q, K, V = (numbers(x, name) for x, name in ((q, "q"), (K, "K"), (V, "V")))
+        if K.dim() != 2 or q.shape != (1, K.shape[1]) or K.shape != V.shape or K.shape[0] != len(tokens) \
+                or not K.shape[1]:
+            raise KVLibError(f"a step needs q [1, hs] and K, V [S, hs] for S = {len(tokens)} tokens (hs at least 1); "
+                             f"got {tuple(q.shape)}, {tuple(K.shape)}, {tuple(V.shape)}")
         scores, mask, weights, out = attend(q, K, V)
         parts = dict(q=q, K=K, scores=scores, mask=mask, weights=weights, V=V, out=out)
         return cls(title=title, toy=toy, tokens=list(tokens), head_dim=K.shape[1],
@@ -61,13 +65,13 @@ class DecodeStep(View):
     @classmethod
     def of(cls, model, prompt="Mary had a little", layer=0, head=0, link=None):
         """The same step on a real head: prefill `prompt`, feed its greedy next token, read layer `layer`."""
-        trace, cache, token = cached_step(model, prompt)
+        ids = prompt_ids(check_model(model, "DecodeStep.of"), prompt, "DecodeStep.of")
+        layer, head = layer_head(model, layer, head)  # before the model runs
+        trace, cache, token = cached_step(model, ids)
         c = model.config
-        if not (0 <= layer < c.n_layer and 0 <= head < c.n_head):
-            raise KVLibError(f"{model.name} has layers 0–{c.n_layer - 1} and heads 0–{c.n_head - 1}")
         kv = head // (c.n_head // c.n_kv_head)  # grouped heads: query head `head` reads this K/V head
         t, held = trace.layers[layer], cache.layers[layer]
-        ids = model.check_ids(prompt).tolist() + [token]
+        ids = ids + [token]
         tokens = [model.decode([i]) for i in ids]
         return cls.from_tensors(tokens, t.q[head].cpu(), held.keys[kv].cpu(), held.values[kv].cpu(),
                                 f"{model.name}, layer {layer}, head {head} (reading K/V head {kv}): "

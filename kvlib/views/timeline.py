@@ -7,9 +7,12 @@ cue). Hover a cell for its request's prompt and answer lengths, time to first to
 its cells light up in every run shown. Under the slots, the blocks in use after each step. Without
 runs, or with data it cannot draw, the view says so in place."""
 
+import reprlib
+
 import traitlets as T
 
 from ..errors import KVLibError
+from ..serving import ServingRun
 from ..texttable import text_table
 from .base import View, module
 
@@ -31,8 +34,11 @@ class ServingTimeline(View):
 
     @classmethod
     def of(cls, runs, title="Serving a stream of requests: which request holds which slot at each step"):
-        """runs: ServingRuns of one stream (a list, or side_by_side's {policy: run}), drawn in that order."""
-        runs = list(runs.values()) if isinstance(runs, dict) else list(runs)
+        """runs: ServingRuns of one stream (a list, or side_by_side's {policy: run}, or one run), drawn in that order."""
+        runs = [runs] if isinstance(runs, ServingRun) else list(runs.values()) if isinstance(runs, dict) else runs
+        if not (isinstance(runs, (list, tuple)) and all(isinstance(r, ServingRun) and r.served and r.steps for r in runs)):
+            raise KVLibError("ServingTimeline.of takes runs that served requests: what serving.side_by_side returns, "
+                             f"or a list of serving.serve's runs; got {reprlib.repr(runs)}")
         stream = [(s.request.label, len(s.request.prompt_ids), s.request.max_new_tokens) for s in runs[0].served] \
             if runs else []
         for run in runs:
@@ -55,6 +61,12 @@ class ServingTimeline(View):
     def summary(self):
         if not self.runs:
             return "No runs to show: give ServingTimeline.of the runs of serving.side_by_side (or serving.serve)."
+        try:
+            return self._table()
+        except (KeyError, TypeError, IndexError) as err:  # runs set by hand: said in place, as the page says it
+            return f"This view could not draw its data: {err!r}"
+
+    def _table(self):
         lines = [self.title, "cells: a request's letter; ▸ its prefill; . an idle slot"]
         for run in self.runs:
             lines.append(f"\n{run['policy']} batching: {run['tokens']:,} tokens in {run['ms']:,.1f} ms = "

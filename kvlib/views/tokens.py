@@ -2,9 +2,12 @@
 
 The strip the other views link to: hovering a chip lights that token up in every view of the run."""
 
+import reprlib
+
 import traitlets as T
 
 from .. import tokenization
+from ..models import KVLibError, Model
 from .base import View, link_for, module
 
 
@@ -21,8 +24,11 @@ class Tokens(View):
 
     @staticmethod
     def data(tokenizer, text, title=None, link=None):  # -> the traits of a strip, to build or update one
-        if hasattr(tokenizer, "forward"):  # a Model
+        if isinstance(tokenizer, Model):
             tokenizer = tokenization.for_model(tokenizer)
+        if not (isinstance(tokenizer, tokenization.Tokenizer) and isinstance(text, str)):
+            raise KVLibError(f"Tokens.of takes a tokenizer (tokenization.gpt2(), or a loaded model for its own) and "
+                             f"the text to cut, a str; got {reprlib.repr(tokenizer)} and {reprlib.repr(text)}")
         chunks = tokenization.chunks(tokenizer, text)
         texts = [c.text for c in chunks]
         title = title if title is not None else (f"{tokenizer.name}: {len(chunks)} tokens for {len(text)} "
