@@ -30,10 +30,11 @@ def test_cache_growth_shows_the_live_cache(name, request):
     assert view.tokens == [model.decode([i]) for i in held]
     assert view.nbytes == sizes  # cache.nbytes read at every step of an independent run
     per_token = 2 * model.config.n_layer * model.config.n_kv_head * model.config.head_dim * 4
-    assert view.nbytes == [view.held(s) * per_token for s in range(6)]
-    assert view.fed == [len(model.encode("Mary had a little"))] + [1] * 5
+    prompt = len(model.encode("Mary had a little"))
+    assert view.fed == [prompt] + [1] * 5
+    assert view.nbytes == [(prompt + s) * per_token for s in range(6)]  # step s holds the prompt and s new tokens
     for s in range(6):
-        assert view.layer_nbytes[s] == [view.held(s) * per_token // model.config.n_layer] * model.config.n_layer
+        assert view.layer_nbytes[s] == [(prompt + s) * per_token // model.config.n_layer] * model.config.n_layer
     for l in (0, model.config.n_layer - 1):
         assert view.k_rows[l] == [[round(x, 2) for x in row] for row in cache.layers[l].keys[0, :, :8].tolist()]
         assert view.v_rows[l] == [[round(x, 2) for x in row] for row in cache.layers[l].values[0, :, :8].tolist()]
@@ -102,8 +103,9 @@ def test_toy_step_is_the_arithmetic_a_learner_does_by_hand():
     assert step.parts["mask"] == [[0.0] * 4] and step.tokens[-1] == " little"
 
 
-@pytest.mark.parametrize("name, layer, head", [("tiny", 1, 2), ("smollm2", 20, 7)])
-def test_decode_step_is_the_models_own_step(name, layer, head, request):
+# kv: the K/V head query head `head` reads: tiny has one per query head; SmolLM2's 9 query heads share 3, 3 each
+@pytest.mark.parametrize("name, layer, head, kv", [("tiny", 1, 2, 2), ("smollm2", 20, 7, 2)])
+def test_decode_step_is_the_models_own_step(name, layer, head, kv, request):
     model = request.getfixturevalue(name)
     step = views.DecodeStep.of(model, "Mary had a little", layer=layer, head=head)
     cache = model.new_cache()
@@ -112,7 +114,6 @@ def test_decode_step_is_the_models_own_step(name, layer, head, request):
     trace = kvlib.Trace()
     model.forward([token], cache=cache, trace=trace)
     t = trace.layers[layer]
-    kv = head // (model.config.n_head // model.config.n_kv_head)
     assert step.tokens == [model.decode([i]) for i in ids + [token]]
     close = lambda part, tensor: torch.allclose(torch.tensor(step.parts[part], dtype=torch.float64), tensor.double(), atol=1e-4)
     assert close("q", t.q[head]) and close("K", cache.layers[layer].keys[kv]) and close("V", cache.layers[layer].values[kv])

@@ -1,7 +1,9 @@
-"""The serving timeline, built from live runs on tiny: what it sends is what the scheduler did, and in a real
-browser (Chromium, the view's module on a bare page: no JupyterLab needed) its cells, hovers and linked
-highlights say so; without runs, or with data it cannot draw, it says that in place."""
+"""The serving timeline, built from live runs on tiny: what it sends for a stream of four requests (cells, slots,
+blocks, and times once each call is set to 1 ms) is the schedule worked out by hand, and in a real browser
+(Chromium, the view's module on a bare page: no JupyterLab needed) its cells, hovers and linked highlights say
+what it sends; without runs, or with data it cannot draw, it says that in place."""
 
+import copy
 from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
@@ -18,34 +20,80 @@ def runs(tiny):
         return serving.side_by_side(tiny, serving.request_stream(tiny, 8, seed=1), max_batch=3, repeats=1)
 
 
-def test_the_timeline_sends_what_each_run_did(runs):
-    view = ServingTimeline.of(runs)
-    stream = [s.request for s in runs["static"].served]
-    assert view.requests == [{"label": r.label, "prompt": len(r.prompt_ids), "answer": r.max_new_tokens} for r in stream]
+@pytest.fixture(scope="module")
+def four(tiny):
+    """Requests A-D, prompts of 3 tokens, answers of 2, 3, 1 and 2 tokens, served on 2 slots by both policies."""
+    requests = [serving.Request(label, [5 + k, 6 + k, 7 + k], n) for k, (label, n) in enumerate(zip("ABCD", (2, 3, 1, 2)))]
+    return {policy: serving.serve(tiny, requests, policy, max_batch=2) for policy in ("static", "continuous")}
+
+
+# Worked by hand. A step first prefills the requests it admits into free slots (static batching: only into an empty
+# batch), each making its first token, then decodes one token for every request that was running before it; a
+# request leaves its slot when it has made its last token. Each sequence (at most 3 + 3 - 1 tokens) holds one
+# block of 16 until it leaves.
+P, D = "prefill", "decode"
+CELLS = {
+    "static": [[[0, P], [1, P]],   # A and B admitted into the empty batch
+               [[0, D], [1, D]],   # A makes its 2nd and last token
+               [None, [1, D]],     # static: C waits for the whole batch; B makes its 3rd and last
+               [[2, P], [3, P]],   # C is done by its prefill, D makes its 1st
+               [None, [3, D]]],
+    "continuous": [[[0, P], [1, P]],
+                   [[0, D], [1, D]],
+                   [[2, P], [1, D]],  # C takes A's slot at once (and is done by its prefill); B ends
+                   [[3, P], None],
+                   [[3, D], None]],
+}
+CALLS = {"static": [2, 1, 1, 2, 1], "continuous": [2, 1, 2, 1, 1]}  # forward calls per step: a prefill each, one decode
+SLOTS = {"static": [0, 1, 0, 1], "continuous": [0, 1, 0, 0]}
+BLOCKS = [2, 1, 0, 1, 0]  # in use after each step, in both runs
+
+
+def test_the_timeline_sends_what_each_run_did(four):
+    view = ServingTimeline.of(four)
+    assert view.requests == [{"label": "A", "prompt": 3, "answer": 2}, {"label": "B", "prompt": 3, "answer": 3},
+                             {"label": "C", "prompt": 3, "answer": 1}, {"label": "D", "prompt": 3, "answer": 2}]
     assert [r["policy"] for r in view.runs] == ["static", "continuous"]
-    for sent, run in zip(view.runs, runs.values()):
-        cells = [c for step in sent["cells"] for c in step]
-        for i, r in enumerate(stream):  # one cell a step for each token of its answer, the first its prefill
-            mine = [c[1] for c in cells if c and c[0] == i]
-            assert mine == ["prefill"] + ["decode"] * (r.max_new_tokens - 1)
-        assert cells.count(None) == round(run.idle * len(cells)) and len(sent["cells"]) == len(run.steps)
-        assert sent["blocks"] == [step.blocks for step in run.steps] and max(sent["blocks"]) <= sent["n_blocks"]
-        assert sent["tokens"] == sum(r.max_new_tokens for r in stream)
-        assert [s["latency_ms"] for s in sent["served"]] == [round(s.latency * 1e3, 2) for s in run.served]
-        assert sent["blocks_allocated"] == sent["blocks_freed"] > 0
+    for sent in view.runs:
+        policy = sent["policy"]
+        assert sent["cells"] == CELLS[policy] and [s["slot"] for s in sent["served"]] == SLOTS[policy]
+        assert sent["blocks"] == BLOCKS and sent["blocks_allocated"] == sent["blocks_freed"] == 4
+        assert (sent["max_batch"], sent["block_size"], sent["tokens"], sent["idle"]) == (2, 16, 2 + 3 + 1 + 2, 2 / 10)
     assert view.state_bytes() < MAX_STATE_BYTES and view.check_size() is view
     text = view.summary()
-    assert "slot 0: A▸ A" in text and "static batching" in text and "continuous batching" in text
-    assert f"{runs['static'].tokens_per_second:,.1f} tokens/s" in text
+    assert "slot 0: A▸ A . C▸ .\nslot 1: B▸ B B D▸ D\n" in text  # static
+    assert "slot 0: A▸ A C▸ D▸ D\nslot 1: B▸ B B . ." in text    # continuous
 
 
-def test_an_empty_timeline_says_how_to_fill_it_and_mixed_streams_are_refused(tiny, runs):
+def test_the_timeline_sends_each_runs_times_in_ms(four):
+    """Every forward call of both runs set to 1 ms: the times the view sends are then counts of calls, by hand."""
+    timed = copy.deepcopy(four)
+    for run in timed.values():
+        for step in run.steps:
+            step.calls = [0.001] * len(step.calls)
+        run.time_requests()
+    view = ServingTimeline.of(timed)
+    sent = {r["policy"]: r for r in view.runs}
+    for policy, calls in CALLS.items():
+        assert sent[policy]["step_ms"] == calls and sent[policy]["ms"] == 7
+        assert sent[policy]["tokens_per_second"] == round(8 / 0.007, 1) == 1142.9
+    # the calls in order: static A▸ B▸ | AB | B | C▸ D▸ | D; continuous A▸ B▸ | AB | C▸ B | D▸ | D
+    # each request's first token (its TTFT) and last (its latency) at the end of the call that made it
+    assert [(s["ttft_ms"], s["latency_ms"]) for s in sent["static"]["served"]] == [(1, 3), (2, 4), (5, 5), (6, 7)]
+    assert [(s["ttft_ms"], s["latency_ms"]) for s in sent["continuous"]["served"]] == [(1, 3), (2, 5), (4, 4), (6, 7)]
+    assert (sent["static"]["mean_ttft_ms"], sent["static"]["mean_latency_ms"]) == ((1 + 2 + 5 + 6) / 4, (3 + 4 + 5 + 7) / 4)
+    assert (sent["continuous"]["mean_ttft_ms"], sent["continuous"]["mean_latency_ms"]) == ((1 + 2 + 4 + 6) / 4,
+                                                                                           (3 + 5 + 4 + 7) / 4)
+    assert "static batching: 8 tokens in 7.0 ms = 1,142.9 tokens/s; mean latency 4.8 ms, mean time to first " \
+           "token 3.5 ms; 20% of slot-steps idle" in view.summary()
+
+
+def test_an_empty_timeline_says_how_to_fill_it_and_mixed_streams_are_refused(tiny, four):
     empty = ServingTimeline.of([])
     assert empty.runs == [] and "side_by_side" in empty.summary()
-    with one_thread():
-        other = serving.serve(tiny, serving.request_stream(tiny, 8, seed=2), max_batch=3)
+    other = serving.serve(tiny, [serving.Request("A", [5, 6, 7], 3)], max_batch=2)  # A answers 3 tokens, not 2
     with pytest.raises(KVLibError, match="different requests"):
-        ServingTimeline.of([runs["static"], other])
+        ServingTimeline.of([four["static"], other])
 
 
 # --- in a real browser ---
