@@ -5,6 +5,8 @@ exactly the figure returned and nothing piles up in memory. Inputs are checked
 with a hint, as in jessevig/bertviz.
 """
 
+import numbers
+
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
@@ -36,6 +38,9 @@ def _check_labels(n, labels, what):
 
 def loop_diagram(n_layer):
     """text -> tokens -> embeddings -> n_layer x (attention, feed-forward) -> next token, fed back."""
+    if not isinstance(n_layer, numbers.Integral) or isinstance(n_layer, bool) or n_layer < 1:
+        raise ValueError(f"loop_diagram takes the model's number of layers, a whole number of at least 1, "
+                         f"not {n_layer!r}")
     fig = Figure(figsize=(10, 2.8))
     ax = fig.add_axes([0, 0, 1, 1])
     ax.set_xlim(0, 10), ax.set_ylim(0, 3), ax.axis("off")
@@ -57,6 +62,9 @@ def loop_diagram(n_layer):
 
 def input_growth(prompt_tokens, new_tokens):
     """Row t: what step t feeds the model without a cache: the prompt and every token so far."""
+    if isinstance(prompt_tokens, str) or isinstance(new_tokens, str) or not new_tokens:
+        raise ValueError("input_growth takes lists of token strings, the prompt's and at least one new token, "
+                         f"not {prompt_tokens!r:.40} and {new_tokens!r:.40}")
     steps = len(new_tokens)
     width = len(prompt_tokens) + steps
     fig = Figure(figsize=(min(16, 1.2 + 0.75 * width), 0.9 + 0.38 * steps))
@@ -152,6 +160,9 @@ def similarity_by_distance(sims, title):
 def resend_hits(runs, title):
     """Share of immediate resends that hit against the number of replicas, one line per router
     (routing.Run records); the dashed line is 1/replicas, a random pick's chance of the right machine."""
+    runs = list(runs)
+    if not runs:
+        raise ValueError("resend_hits needs at least one run: pass what routing.simulate returned")
     fig = Figure(figsize=(7, 3.4))
     ax = fig.add_subplot()
     routers = list(dict.fromkeys(r.router for r in runs))
@@ -257,6 +268,9 @@ def token_ratios(labels, names, ratios, baseline="English"):
 
 def separation_curves(curves, chance, title):
     """Family separation against the number of PCA dimensions kept: {model name: [score in 1D, 2D, ...]}."""
+    if not curves or not all(len(scores) for scores in curves.values()):
+        raise ValueError("separation_curves takes {model name: [score in 1D, 2D, ...]}, at least one score each; "
+                         f"got {curves!r:.60}")
     fig = Figure(figsize=(8, 3.6))
     ax = fig.add_subplot()
     for k, (name, scores) in enumerate(curves.items()):
@@ -273,6 +287,8 @@ def separation_curves(curves, chance, title):
 
 def widths(dims_by_name, title):
     """How many numbers each model gives a token: {model name: n_embd}, as bars with their values."""
+    if not dims_by_name or not all(isinstance(d, numbers.Integral) for d in dims_by_name.values()):
+        raise ValueError(f"widths takes {{model name: n_embd}}, whole numbers, at least one; got {dims_by_name!r:.60}")
     names, dims = list(dims_by_name), list(dims_by_name.values())
     fig = Figure(figsize=(8, 0.8 + 0.45 * len(names)))
     ax = fig.add_subplot()

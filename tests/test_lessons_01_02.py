@@ -4,13 +4,15 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+from types import SimpleNamespace
+
 import pytest
 import torch
-from matplotlib.figure import Figure
 
 import kvlib
 from kvlib import plots, tokenization
 from kvlib.generate import FEEDS, feed_loop, softmax_at, temperature_probs
+from test_widgets import texts_by_row
 
 
 def test_the_whole_feed_is_the_real_loop(tiny):
@@ -81,13 +83,47 @@ def test_the_same_sentence_costs_gpt2_more_in_hindi_than_o200k():
     assert rows[("Hindi", "GPT-2")].ratio > 3 * rows[("Hindi", "GPT-4o / GPT-5 (o200k_base)")].ratio
 
 
-def test_the_new_plots_return_figures_and_check_shapes(tiny):
-    runs = [feed_loop(tiny, "ROMEO.\n", 3, feed) for feed in FEEDS]
-    assert isinstance(plots.feed_variants(runs), Figure)
-    assert isinstance(plots.temperature_bars(["a", "b"], (0.5, 1), [[0.9, 0.1], [0.6, 0.3]]), Figure)
-    assert isinstance(plots.token_ratios(["English", "Hindi"], ["GPT-2"], [[1.0, 4.8]]), Figure)
+def test_feed_variants_draw_what_each_loop_fed_and_picked():
+    runs = [SimpleNamespace(feed="whole", fed_tokens=[["RO", "MEO"], ["RO", "MEO", "."]], from_prompt=[2, 2],
+                            tokens=[".", "\n"]),
+            SimpleNamespace(feed="prompt only", fed_tokens=[["RO", "MEO"], ["RO", "MEO"]], from_prompt=[2, 2],
+                            tokens=[".", "."]),
+            SimpleNamespace(feed="answer only", fed_tokens=[["RO", "MEO"], ["."]], from_prompt=[2, 0], tokens=[".", "!"])]
+    fig = plots.feed_variants(runs, steps=4)  # only 2 steps were run: 2 drawn
+    assert [ax.get_title(loc="left") for ax in fig.axes] == ["feed: whole", "feed: prompt only", "feed: answer only"]
+    n, b = "normal", "bold"  # what a step fed, then (bold) what it picked; a newline shown as \n
+    assert [texts_by_row(ax) for ax in fig.axes] == [
+        {0: [("RO", n), ("MEO", n), (".", b)], -1: [("RO", n), ("MEO", n), (".", n), ("\\n", b)]},
+        {0: [("RO", n), ("MEO", n), (".", b)], -1: [("RO", n), ("MEO", n), (".", b)]},
+        {0: [("RO", n), ("MEO", n), (".", b)], -1: [(".", n), ("!", b)]}]
+    assert [[t.get_text() for t in ax.get_yticklabels()] for ax in fig.axes] == [
+        ["step 1: 2 in", "step 2: 3 in"], ["step 1: 2 in", "step 2: 2 in"], ["step 1: 2 in", "step 2: 1 in"]]
+    colour = lambda ax, k: ax.patches[k].get_facecolor()  # boxes in drawing order, row by row
+    whole, _, answer = fig.axes
+    assert colour(answer, 3) == colour(whole, 5) != colour(whole, 0)  # the answer's "." fed back: not the prompt's colour
+    with pytest.raises(ValueError, match="at least one run"):
+        plots.feed_variants([])
+
+
+def test_temperature_bars_draw_each_temperatures_probabilities():
+    ax = plots.temperature_bars(["a", "b"], (0.5, 1), [[0.9, 0.1], [0.6, 0.3]]).axes[0]
+    assert [[bar.get_height() for bar in bars] for bars in ax.containers] == [[0.9, 0.1], [0.6, 0.3]]
+    assert [bars.get_label() for bars in ax.containers] == ["T = 0.5", "T = 1"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["'a'", "'b'"]
+    assert sorted(t.get_text() for t in ax.texts) == ["0.10", "0.30", "0.60", "0.90"]  # each bar's value
+    left, right = ax.containers  # in each token's group, the lower temperature's bar first
+    assert all(p.get_x() < q.get_x() for p, q in zip(left, right))
+    assert "2 temperatures" in ax.get_title() and ax.get_ylabel() == "probability"
     with pytest.raises(ValueError, match="one row per temperature"):
         plots.temperature_bars(["a", "b"], (0.5, 1), [[0.9, 0.1]])
+
+
+def test_token_ratios_draw_a_bar_per_tokenizer_and_text():
+    ax = plots.token_ratios(["English", "Hindi"], ["GPT-2", "o200k"], [[1.0, 4.8], [1.0, 1.4]]).axes[0]
+    assert [[bar.get_height() for bar in bars] for bars in ax.containers] == [[1.0, 4.8], [1.0, 1.4]]
+    assert [bars.get_label() for bars in ax.containers] == ["GPT-2", "o200k"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["English", "Hindi"]
+    assert list(ax.get_lines()[0].get_ydata()) == [1, 1] and ax.get_ylabel() == "tokens, × English"
     with pytest.raises(ValueError, match="one row per tokenizer"):
         plots.token_ratios(["English"], ["GPT-2", "GPT-4"], [[1.0]])
 

@@ -8,10 +8,10 @@ matplotlib.use("Agg")
 
 import pytest
 import torch
-from matplotlib.figure import Figure
 
 import kvlib
 from kvlib import attention, embeddings, plots
+from test_views_maps import pca_by_hand, separation_by_hand
 
 
 def test_similarity_is_the_cosine_of_the_two_rows(tiny):
@@ -23,10 +23,16 @@ def test_similarity_is_the_cosine_of_the_two_rows(tiny):
         embeddings.similarity(tiny, " ", "queen")
 
 
-def test_separation_by_dims_matches_the_projection_and_a_trained_model_beats_a_random_one(tiny, random_gpt2):
+def test_separation_by_dims_matches_the_projection(tiny, hf_tiny):
     scores = embeddings.separation_by_dims(tiny, max_dims=4)
-    assert sum(map(len, embeddings.families(tiny).values())) == 40
-    assert scores == [28 / 40, 32 / 40, 35 / 40, 37 / 40]  # tiny's 40 family words, nearest their own centre
+    fams = embeddings.families(tiny)
+    ids, labels = [i for f in fams.values() for _, i in f], [name for name, f in fams.items() for _ in f]
+    coords = pca_by_hand(hf_tiny[0].get_input_embeddings().weight.detach()[ids].numpy(), 4)  # transformers' rows
+    assert len(ids) == 40 and scores == [separation_by_hand(coords[:, :d], labels) for d in (1, 2, 3, 4)]
+
+
+def test_a_trained_model_separates_families_better_than_a_random_one(tiny, random_gpt2):
+    scores = embeddings.separation_by_dims(tiny, max_dims=3)
     assert scores[2] > max(embeddings.separation_by_dims(random_gpt2, max_dims=3)) + 0.3
     assert embeddings.dims_to_reach([0.2, 0.5, 0.9], 0.5) == 2
     assert embeddings.dims_to_reach([0.2, 0.5], 0.95) is None
@@ -94,10 +100,27 @@ def test_smollm2_parks_attention_on_the_first_token(smollm2):
     assert attention.first_token_share(trace).mean() > 2 * attention.even_first_share(len(smollm2.encode(text)))
 
 
-def test_new_plots_return_figures():
-    assert isinstance(plots.separation_curves({"a": [0.2, 0.5, 0.9]}, 0.2, "t"), Figure)
-    fig = plots.widths({"a": 256, "b": 8192}, "t")
-    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["a", "b"]
+def test_separation_curves_draw_each_models_scores_against_chance():
+    ax = plots.separation_curves({"tiny": [0.2, 0.5, 0.9], "random": [0.1, 0.2]}, 0.25, "families").axes[0]
+    tiny, random, chance = ax.get_lines()
+    assert (list(tiny.get_xdata()), list(tiny.get_ydata())) == ([1, 2, 3], [0.2, 0.5, 0.9])  # 1D, 2D, 3D
+    assert (list(random.get_xdata()), list(random.get_ydata())) == ([1, 2], [0.1, 0.2])
+    assert list(chance.get_ydata()) == [0.25, 0.25]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["tiny", "random", "chance (25%)"]
+    assert ax.get_title() == "families" and ax.get_xlabel() == "dimensions kept (PCA)"
+    for bad in ({}, {"tiny": []}):
+        with pytest.raises(ValueError, match="at least one score each"):
+            plots.separation_curves(bad, 0.25, "families")
+
+
+def test_widths_draw_a_bar_per_model_with_its_number():
+    ax = plots.widths({"a": 256, "b": 8192}, "t").axes[0]
+    assert [bar.get_width() for bar in ax.patches] == [256, 8192]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
+    assert [t.get_text() for t in ax.texts] == [" 256", " 8,192"] and ax.get_title() == "t"
+    for bad in ({}, {"a": "256"}):
+        with pytest.raises(ValueError, match="whole numbers, at least one"):
+            plots.widths(bad, "t")
 
 
 def test_kv_groups_find_the_shared_key_weights(small_llama, tiny):

@@ -9,9 +9,13 @@ def test_step_trend_is_theil_sen_one_slow_point_does_not_tilt_it():
     lengths = [0, 1000, 2000, 3000, 4000]
     ms = [1 + 0.002 * n for n in lengths]  # 1 ms + 2 ms per 1,000 tokens
     ms[3] = 50  # a busy moment of the machine
-    fig = plots.step_seconds_by_context(lengths, ms, "t")
-    labels = fig.axes[0].get_legend_handles_labels()[1]
-    assert "trend: 1.00 ms + 2.00 ms per 1,000 cached tokens" in labels
+    ax = plots.step_seconds_by_context(lengths, ms, "t").axes[0]
+    measured, trend = ax.get_lines()
+    assert (list(measured.get_xdata()), list(measured.get_ydata())) == (lengths, ms)  # every point, the slow one too
+    assert list(trend.get_ydata()) == pytest.approx([1 + 0.002 * n for n in lengths])  # through the other four
+    assert ax.get_legend_handles_labels()[1] == ["measured (fastest of several repeats)",
+                                                 "trend: 1.00 ms + 2.00 ms per 1,000 cached tokens"]
+    assert ax.get_title() == "t" and ax.get_ylabel() == "milliseconds per step"
 
 
 def test_throughput_by_batch_draws_each_series_beside_b_times_its_batch_1():

@@ -2,9 +2,9 @@
 request lands where its prefix is, overflow spreads a busy prefix over machines."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
-from matplotlib.figure import Figure
 
 from kvlib import KVLibError, plots, routing
 from kvlib.measure import random_ids
@@ -75,11 +75,16 @@ def test_bad_input_says_what_to_do(tiny):
         routing.simulate(tiny, requests[::-1], 2)
 
 
-def test_resend_plot_draws_a_line_per_router_and_the_chance_line(tiny):
-    requests = routing.resend_pairs(tiny, prompts=4, tokens=20)
-    runs = [routing.simulate(tiny, requests, n, r) for n in (1, 2) for r in ("prefix hash", "random")]
-    fig = plots.resend_hits(runs, "resends")
-    assert isinstance(fig, Figure)
-    lines = fig.axes[0].get_lines()
-    assert len(lines) == 3 and list(lines[0].get_ydata()) == [1.0, 1.0]
-    assert list(lines[2].get_ydata()) == [1.0, 0.5]
+def test_resend_plot_draws_a_line_per_router_and_the_chance_line():
+    runs = [SimpleNamespace(router=r, replicas=n, repeat_hit_rate=rate)  # out of order: each line runs by replicas
+            for r, n, rate in (("random", 4, 0.25), ("prefix hash", 1, 1.0), ("random", 1, 1.0), ("prefix hash", 4, 1.0),
+                               ("random", 2, 0.5))]
+    ax = plots.resend_hits(runs, "resends").axes[0]
+    data = [(list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()]
+    # a line per router in the order they first come, then the chance of landing on the right one of n machines
+    assert data == [([1, 2, 4], [1.0, 0.5, 0.25]), ([1, 4], [1.0, 1.0]), ([1, 2, 4], [1, 1 / 2, 1 / 4])]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["router: random", "router: prefix hash",
+                                                                    "1 / replicas"]
+    assert list(ax.get_xticks()) == [1, 2, 4] and ax.get_title() == "resends"
+    with pytest.raises(ValueError, match="at least one run"):
+        plots.resend_hits([], "resends")

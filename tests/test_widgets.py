@@ -1,5 +1,6 @@
 """The notebook apps, driven headless: set values, click, and check what they produced."""
 
+import ast
 import html
 import re
 
@@ -7,12 +8,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import numpy as np
 import pytest
 import torch
-from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-import kvlib
 from kvlib import embeddings, plots, tokenization, views, widgets
+from test_views_maps import pca_by_hand, same_up_to_sign, separation_by_hand
 
 
 @torch.no_grad()
@@ -133,28 +135,55 @@ def test_lookup_rows_are_the_table_rows(tiny):
     assert app.children[-1] is app.view and app.view.rows == [tiny.decode([i]) for i in tiny.encode("lamb")]
 
 
+def token_by_hand(tok, word):  # the token a word stands for, as EmbeddingSpace says: " word" whole, or its first piece
+    word = word.strip()
+    spaced = tok.encode(" " + word)
+    return spaced[0] if len(spaced) == 1 else tok.encode(word)[0]
+
+
+def neighbours_by_hand(hf_tiny, word, k=8):  # -> [(token text, cosine)]: transformers' table, numpy's arithmetic
+    model, tok = hf_tiny
+    rows = model.get_input_embeddings().weight.detach().double().numpy()
+    token = token_by_hand(tok, word)
+    cos = rows @ rows[token] / (np.linalg.norm(rows, axis=1) * np.linalg.norm(rows[token]))
+    return [(tok.decode([i]), cos[i]) for i in np.argsort(-cos) if i != token][:k]
+
+
+def neighbours_shown(app):  # -> [(token text, cosine)] as the app lists them, each as printed (2 decimals)
+    return [(ast.literal_eval(html.unescape(t)), float(s))
+            for t, s in re.findall(r"<code>([^<]*)</code> (-?\d\.\d\d)", app.neighbour_view.value)]
+
+
+def check_neighbours(app, hf_tiny, word):
+    shown, want = neighbours_shown(app), neighbours_by_hand(hf_tiny, word)
+    assert [t for t, _ in shown] == [t for t, _ in want]
+    assert [s for _, s in shown] == pytest.approx([s for _, s in want], abs=0.0051)  # printed to 2 decimals
+
+
 @pytest.mark.parametrize("dims", [1, 2, 3])
-def test_embedding_space_shows_the_map_from_the_requested_dimension(tiny, dims):
+def test_embedding_space_shows_the_map_from_the_requested_dimension(tiny, hf_tiny, dims):
     app = widgets.EmbeddingSpace(tiny, dims=dims)
     assert app.view.dims == dims and app.view in app.children  # the browser switches 1D / 2D / 3D itself
-    coords, words, labels = embeddings.project(tiny, embeddings.families(tiny), dims)
-    assert app.view.scores == [28 / 40, 32 / 40, 35 / 40]  # tiny's 40 family words nearest their own centre
-    shown = torch.tensor(app.view.coords)[:, :dims]
-    assert (shown - coords).abs().max() < 6e-5  # the first components are the d-D projection, rounded
+    fams = embeddings.families(tiny)
+    ids, labels = [i for f in fams.values() for _, i in f], [name for name, f in fams.items() for _ in f]
+    coords = pca_by_hand(hf_tiny[0].get_input_embeddings().weight.detach()[ids].numpy(), 3)  # transformers' rows
+    assert app.view.scores == [separation_by_hand(coords[:, :d], labels) for d in (1, 2, 3)]
+    assert same_up_to_sign(np.asarray(app.view.coords)[:, :dims], coords[:, :dims]) < 1e-4  # the d-D projection
     app.word.value = ""
     assert "type a word" in app.neighbour_view.value
     app.word.value = "queen"
-    shown = app.neighbour_view.value
-    assert "nearest tokens to <code>&#x27; queen&#x27;</code> (cosine" in shown and "piece" not in shown
-    assert all(f"{html.escape(repr(t))}</code> {s:.2f}" in shown for t, s in embeddings.neighbours(tiny, "queen"))
+    assert "nearest tokens to <code>&#x27; queen&#x27;</code> (cosine" in app.neighbour_view.value
+    assert "piece" not in app.neighbour_view.value and len(neighbours_shown(app)) == 8
+    check_neighbours(app, hf_tiny, "queen")
     app.word.value = "Montague"  # split by tiny's tokenizer: its first piece is what is looked up, and said to be
-    piece = tiny.decode([embeddings.token_of(tiny, "Montague")])
-    assert len(tiny.encode("Montague")) > 1 and f"to <code>{html.escape(repr(piece))}</code> (the first piece of" \
+    tok = hf_tiny[1]
+    piece = tok.decode([tok.encode("Montague")[0]])
+    assert len(tok.encode(" Montague")) > 1 and f"to <code>{html.escape(repr(piece))}</code> (the first piece of" \
         in app.neighbour_view.value
+    check_neighbours(app, hf_tiny, "Montague")
     app.word.value = "\tMontague  "  # spaces typed around a word: the same token, the same neighbours
-    assert embeddings.token_of(tiny, "\tMontague  ") == embeddings.token_of(tiny, "Montague")
-    assert all(f"{html.escape(repr(t))}</code> {s:.2f}" in app.neighbour_view.value
-               for t, s in embeddings.neighbours(tiny, "Montague"))
+    assert html.escape(repr(piece)) in app.neighbour_view.value
+    check_neighbours(app, hf_tiny, "Montague")
 
 
 def test_families_come_from_the_models_vocabulary(tiny):
@@ -172,9 +201,40 @@ def test_pca_and_separation():
     assert embeddings.separation(coords, ["a"] * 10 + ["b"] * 10) == 1.0
 
 
-def test_plots_return_figures_and_check_shapes():
-    assert isinstance(plots.loop_diagram(4), Figure)
-    assert isinstance(plots.input_growth(["a", "b"], ["c", "d", "e"]), Figure)
+def test_the_loop_diagram_names_the_models_layers():
+    ax = plots.loop_diagram(12).axes[0]
+    boxes = [t.get_text() for t in ax.texts][:6]
+    assert boxes == ["text", "tokens\n(ids)", "embeddings\n(+ position)", "12 layers:\nattention +\nfeed-forward",
+                     "next-token\nprobabilities", "pick one\ntoken"]
+    assert sum(isinstance(p, FancyBboxPatch) for p in ax.patches) == 6  # a box each
+    assert sum(isinstance(p, FancyArrowPatch) for p in ax.patches) == 6  # 5 from box to box, 1 back to the start
+    for bad in (0, "4", 2.0, True):
+        with pytest.raises(ValueError, match="number of layers, a whole number of at least 1"):
+            plots.loop_diagram(bad)
+
+
+def texts_by_row(ax):  # -> {y: [(text, weight)] left to right}: a figure's rows of token boxes as drawn
+    rows = {}
+    for t in sorted(ax.texts, key=lambda t: t.get_position()[0]):
+        rows.setdefault(t.get_position()[1], []).append((t.get_text(), t.get_fontweight()))
+    return rows
+
+
+def test_input_growth_draws_what_each_step_feeds():
+    ax = plots.input_growth(["Mary", " had"], [" a", " little", " lamb"]).axes[0]
+    n = "normal"  # step t feeds the prompt and the t tokens before it, then picks one (bold)
+    assert texts_by_row(ax) == {0: [("Mary", n), (" had", n), (" a", "bold")],
+                    -1: [("Mary", n), (" had", n), (" a", n), (" little", "bold")],
+                    -2: [("Mary", n), (" had", n), (" a", n), (" little", n), (" lamb", "bold")]}
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["step 1: 2 in", "step 2: 3 in", "step 3: 4 in"]
+    assert ax.get_title(loc="left").startswith("Without a cache every step feeds the whole sequence again")
+    with pytest.raises(ValueError, match="at least one new token"):
+        plots.input_growth(["Mary"], [])
+    with pytest.raises(ValueError, match="lists of token strings"):  # a string is not a list of tokens
+        plots.input_growth("Mary had", " a little")
+
+
+def test_heatmap_and_projection_check_shapes():
     with pytest.raises(ValueError, match="2-D"):
         plots.heatmap([1, 2, 3], "x")
     with pytest.raises(ValueError, match="one label per row"):
