@@ -32,6 +32,7 @@ class Attack:
     unsent: list        # ... for prompts nobody had sent
     pvalue: float       # Mann-Whitney U, two-sided: how surprising the difference is if there were none
     prompt_tokens: int
+    hits: tuple         # (of the sent, of the unsent): how many of the attacker's requests the cache served
 
     @property
     def medians(self):  # ms
@@ -47,9 +48,12 @@ def attack(model, share_across_tenants, n=100, prompt_tokens=128, block_size=16,
     secrets = [random_ids(model, prompt_tokens, seed * 100_003 + i) for i in range(n)]
     for s in secrets[::2]:
         pc.prefill(s, tenant="victim")
-    times = [pc.prefill(s, tenant="attacker").seconds * 1e3 for s in secrets]
+    probes = [pc.prefill(s, tenant="attacker") for s in secrets]
+    times = [p.seconds * 1e3 for p in probes]
+    hit = [p.receipt.cached_tokens > 0 for p in probes]  # what the timing can only hint at, read off the receipt
     sent, unsent = times[::2], times[1::2]
-    return Attack(share_across_tenants, sent, unsent, float(mannwhitneyu(sent, unsent).pvalue), prompt_tokens)
+    return Attack(share_across_tenants, sent, unsent, float(mannwhitneyu(sent, unsent).pvalue), prompt_tokens,
+                  (sum(hit[::2]), sum(hit[1::2])))
 
 
 def sized_for(model, gmacs=2.0):
