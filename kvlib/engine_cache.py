@@ -85,14 +85,6 @@ class SeedExperiment:
     replies: dict = field(default_factory=dict)   # request -> [endpoint.Reply], one per repeat
     block_size: int = 16
 
-    def row(self, request):
-        [row] = [r for r in self.rows if r.request == request]
-        return row
-
-    @property
-    def warm_over_cold(self):  # the engine's warm time to first token as a fraction of its cold one
-        return self.row("warm").engine_ttft / self.row("cold").engine_ttft
-
     def table(self):
         return text_table(
             ["request", "prompt\ntokens", "llama-server\nreused", "computed", "first token", "prefill",

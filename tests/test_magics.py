@@ -5,6 +5,8 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+pytestmark = pytest.mark.slow  # each test starts a kernel
+
 CELLS = ["import kvlib", "%%needs smollm2\nx = 41\nx + 1", "print('after', globals().get('x'))"]
 
 
@@ -33,11 +35,12 @@ def test_a_failing_cell_still_fails(smollm2, tmp_path):
         execute(["import kvlib", "%%needs smollm2\n1 / 0"], tmp_path)
 
 
-ENGINE_CELLS = ["import kvlib", "%%needs smollm2 engine\nfrom kvlib import engine\ny = engine.Engine().command()[0]\n'ok'",
+ENGINE_pytestmark = pytest.mark.slow  # each test starts a kernel
+
+CELLS = ["import kvlib", "%%needs smollm2 engine\nfrom kvlib import engine\ny = engine.Engine().command()[0]\n'ok'",
                 "print('after', globals().get('y') is not None)"]
 
 
-@pytest.mark.slow
 def test_runs_where_the_engine_is(smollm2, tmp_path):
     """`make engine` built llama.cpp's server and fetched SmolLM2's GGUF (make test does): the cell runs."""
     from kvlib import magics
