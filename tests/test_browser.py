@@ -684,6 +684,7 @@ def test_07_long_context_memory(browser, lab):
     screenshots(page, "07")
 
 
+@pytest.mark.engine  # its engine cells run
 def test_08_serving(browser, lab, model):
     """The timeline draws the kernel's schedule: each cell's request and kind are those the scheduler gives the same
     seeded stream on the same model (who runs when depends on the seed, never on the clock); a hover names the

@@ -1,8 +1,10 @@
 """kvlib.engine, kvlib.endpoint and kvlib.engine_cache against a real llama.cpp server, over real HTTP.
 
-The server is built by `make engine` (`make test` builds it first). Nothing here is skipped: without
-it, every test that needs it fails with the message to run `make engine`. Those are marked slow
-(`make check` leaves them out); the error paths that need no server are not.
+The server is built by `make engine` (`make test` builds it, beside the tests that need no server, on a
+machine where it is not built yet). Nothing here is skipped: without it, every test that needs it fails
+with the message to run `make engine`. Those are marked slow (`make check` leaves them out) and engine
+(`make test` runs them once the build is done); the error paths that need no server are neither, but
+those that start a process are slow.
 """
 
 import http.server
@@ -46,6 +48,7 @@ def experiment(server, smollm2, long_ids):
 
 
 @pytest.mark.slow
+@pytest.mark.engine
 def test_the_engine_answers_on_localhost(server):
     assert server.url.startswith("http://127.0.0.1:")
     assert Endpoint(server.url).request("GET", "/health")["status"] == "ok"
@@ -53,6 +56,7 @@ def test_the_engine_answers_on_localhost(server):
 
 
 @pytest.mark.slow
+@pytest.mark.engine
 def test_the_engine_tokenizes_as_kvlib_does(server, smollm2):
     text = compression.HELDOUT.read_text(encoding="utf-8")[:5000] + " naïve café — “quoted” 3.14159\n\n\tend"
     kvlib_ids, engine_ids = tokenizers_agree(server, smollm2, text)
@@ -61,6 +65,7 @@ def test_the_engine_tokenizes_as_kvlib_does(server, smollm2):
 
 
 @pytest.mark.slow
+@pytest.mark.engine
 def test_reused_tokens_on_both_sides(experiment, smollm2, long_ids):
     # the engine reuses the whole identical prompt but its last token, which it always computes (its
     # logits are the answer's first token); kvlib reuses whole blocks of 16 that end before that token.
@@ -74,6 +79,7 @@ def test_reused_tokens_on_both_sides(experiment, smollm2, long_ids):
 
 
 @pytest.mark.slow
+@pytest.mark.engine
 def test_the_engine_reuses_a_shared_prefix_to_the_token(server, smollm2, long_ids):
     # llama-server's grain is one token: the longest common prefix with what the slot holds.
     # kvlib's automatic PromptCache rounds it down to whole blocks of 16: 128 of 137.
@@ -90,6 +96,7 @@ def test_the_engine_reuses_a_shared_prefix_to_the_token(server, smollm2, long_id
 
 
 @pytest.mark.slow
+@pytest.mark.engine
 def test_requests_at_once_reuse_only_what_their_own_slot_holds(server, long_ids):
     shared, tails = long_ids[:200], [long_ids[300:320], long_ids[400:420]]
     assert tails[0][0] != tails[1][0]  # the two prompts share exactly the first 200 tokens
@@ -104,6 +111,7 @@ def test_requests_at_once_reuse_only_what_their_own_slot_holds(server, long_ids)
 
 
 @pytest.mark.slow
+@pytest.mark.engine
 def test_the_client_streams_a_chat_with_usage_and_timings(server):
     reply = connect(server).chat([{"role": "user", "content": "What is the capital of France?"}], max_tokens=8)
     assert reply.text.strip()
@@ -112,6 +120,7 @@ def test_the_client_streams_a_chat_with_usage_and_timings(server):
 
 
 @pytest.mark.slow
+@pytest.mark.engine
 def test_a_server_that_dies_at_start_shows_the_end_of_its_log(tmp_path):
     bad = tmp_path / "not-a-model.gguf"
     bad.write_bytes(b"this is not a GGUF file" * 100)
@@ -131,6 +140,7 @@ def test_a_server_built_for_another_cpu_is_named(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.engine
 def test_the_engine_stops_cleanly_and_frees_its_port():
     with Engine(slots=1, ctx=512, threads=1) as running:
         process, port = running.process, running.port

@@ -41,6 +41,7 @@ CELLS = ["import kvlib", "%%needs smollm2 engine\nfrom kvlib import engine\ny = 
                 "print('after', globals().get('y') is not None)"]
 
 
+@pytest.mark.engine
 def test_runs_where_the_engine_is(smollm2, tmp_path):
     """`make engine` built llama.cpp's server and fetched SmolLM2's GGUF (make test does): the cell runs."""
     from kvlib import magics
