@@ -37,12 +37,18 @@ def tiny():
     return kvlib.load_model("tiny", device="cpu")
 
 
+def eager(path):  # transformers' model, with the attention written out (its reference, and it returns weights)
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager").eval()
+
+
 @pytest.fixture(scope="session")
 def hf_tiny():
-    """tiny as transformers alone reads it: an expectation that shares no code with kvlib."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """tiny as transformers alone reads it, and its tokenizer: an expectation that shares no code with kvlib."""
+    from transformers import AutoTokenizer
 
-    return AutoModelForCausalLM.from_pretrained(models.TINY_DIR).eval(), AutoTokenizer.from_pretrained(models.TINY_DIR)
+    return eager(models.TINY_DIR), AutoTokenizer.from_pretrained(models.TINY_DIR)
 
 
 @pytest.fixture(scope="session")
@@ -88,6 +94,40 @@ def small_llama(small_llama_dir):
 def smollm2():
     """SmolLM2-135M-Instruct, fetched by `make test` (python -m kvlib download smollm2)."""
     return kvlib.load_model("smollm2", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def hf_small_llama(small_llama_dir):
+    return eager(small_llama_dir)
+
+
+@pytest.fixture(scope="module")  # 540 MB: held while one module needs it
+def smollm2_hf(smollm2):
+    return eager(models.local_dir("smollm2"))
+
+
+@pytest.fixture(scope="module")
+def hf_random_gpt2(random_gpt2):
+    hf, _ = models.random_gpt2()  # the weights random-gpt2 is built from (the same seed)
+    hf.config._attn_implementation = "eager"
+    return hf
+
+
+def hf_model(request, name):  # transformers' model read from the same weights as the kvlib fixture `name`
+    if name == "tiny":
+        return request.getfixturevalue("hf_tiny")[0]
+    return request.getfixturevalue({"small_llama": "hf_small_llama", "smollm2": "smollm2_hf",
+                                    "random_gpt2": "hf_random_gpt2"}[name])
+
+
+@torch.no_grad()
+def hf_greedy(hf, ids, n, stop_at_eos=True):
+    """transformers' own greedy decoding of `ids` (a path that shares no code with kvlib's): up to n new ids,
+    ending after transformers' end-of-text token as generate does by default; with stop_at_eos=False exactly
+    n, that token taken like any other (min_new_tokens would forbid it, and another token win)."""
+    no_stop = {} if stop_at_eos else {"eos_token_id": None}
+    out = hf.generate(torch.tensor([list(ids)]), max_new_tokens=n, do_sample=False, pad_token_id=0, **no_stop)
+    return out[0, len(ids):].tolist()
 
 
 SLOW_FIXTURES = {"smollm2", "smollm2_hf", "random_gpt2"}

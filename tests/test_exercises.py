@@ -16,6 +16,8 @@ import torch
 import kvlib
 from kvlib import exercises, models as kvlib_models
 
+from conftest import eager, hf_greedy
+
 MODELS = {"model": "tiny", "smollm2": "smollm2", "random-gpt2": "random-gpt2"}  # what the notebooks pass, offline
 CAPITAL, MARY = "The capital of France is", "Mary had a little"
 
@@ -27,17 +29,17 @@ def models():
 
 
 @pytest.fixture(scope="module")
-def hf():
-    """(transformers model, tokenizer) read from disk by transformers alone, eager attention so it returns weights."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def hf(hf_tiny):
+    """(transformers model, tokenizer) read from disk by transformers alone, eager attention so it returns weights:
+    tiny's is the session's; SmolLM2's is loaded when an exercise first asks for it."""
+    from transformers import AutoTokenizer
 
-    where = {"tiny": kvlib_models.TINY_DIR, "smollm2": kvlib_models.local_dir("smollm2")}
-    loaded = {}
+    loaded = {"tiny": hf_tiny}
 
     def load(name):
         if name not in loaded:
-            model = AutoModelForCausalLM.from_pretrained(where[name], attn_implementation="eager").eval()
-            loaded[name] = model, AutoTokenizer.from_pretrained(where[name])
+            where = kvlib_models.local_dir(name)
+            loaded[name] = eager(where), AutoTokenizer.from_pretrained(where)
         return loaded[name]
     return load
 
@@ -63,14 +65,6 @@ def nearer_king(hf_pair):  # "a" if " king"'s embedding row points more nearly l
     row = lambda word: table[tok(" " + word).input_ids[0]]
     cos = lambda a, b: torch.nn.functional.cosine_similarity(row(a), row(b), dim=0)
     return "a" if cos("king", "queen") > cos("king", "table") else "b"
-
-
-@torch.no_grad()
-def greedy_ids(hf_pair, text, n):  # transformers' own greedy generation, n tokens, no early stop
-    model, tok = hf_pair
-    ids = tok(text, return_tensors="pt").input_ids
-    out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
-    return out[0, ids.shape[1]:].tolist()
 
 
 def prompt_len(hf_pair, text):
@@ -105,7 +99,7 @@ EXPECTED = {
     "05.uncached_factor_300": round((300 * GPT2_WEIGHTS_PER_TOKEN + 12 * 2 * 768 * (300 * 301 // 2) + GPT2_LOGITS)
                                     / (GPT2_WEIGHTS_PER_TOKEN + 12 * 2 * 768 * 300 + GPT2_LOGITS), 1),  # 204.2
     "05.smollm2_bytes": 2 * 30 * 3 * 64 * 4,  # K and V x layers x K/V heads x head size x fp32 bytes: 46,080
-    "05.cached_loop": lambda hf: greedy_ids(hf("tiny"), MARY, 20),
+    "05.cached_loop": lambda hf: hf_greedy(hf("tiny")[0], hf("tiny")[1](MARY).input_ids, 20, stop_at_eos=False),
     "06.second_request_cached": 96,  # 6 full blocks of 16 within the first request's first 99 tokens
     "06.anthropic_write_cost": 1200 * 1.25 + 300,
     "06.ttl_renewed": 32,  # 2 full blocks of 40 tokens; the hit at 200 s renewed them

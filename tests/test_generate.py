@@ -2,6 +2,8 @@ import torch
 
 import kvlib
 
+from conftest import hf_greedy  # test_serving.py imports it from here too
+
 
 def test_on_token_streams_every_token_in_order(tiny):
     seen = []
@@ -45,12 +47,6 @@ def test_a_stream_stopped_inside_a_character_hands_on_no_replacement_character(t
     assert gen.text.endswith("\ufffd") and "".join(pieces) == gen.text.rstrip("\ufffd")
 
 
-def hf_greedy(hf, ids, n):
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0)
-    return out[0, len(ids):].tolist()
-
-
 def test_sampling_is_reproducible_with_a_seed_and_varies_without(tiny):
     runs = [kvlib.generate(tiny, "JULIET.\n", 20, temperature=1.0, top_k=50, seed=s, stop_at_eos=False).ids
             for s in (7, 7, 8, 9)]
@@ -60,7 +56,7 @@ def test_sampling_is_reproducible_with_a_seed_and_varies_without(tiny):
 
 def test_greedy_and_top_k_1_and_tiny_top_p_pick_what_transformers_picks(tiny, hf_tiny):
     ids = tiny.encode("To be, or not")
-    greedy = hf_greedy(hf_tiny[0], ids, 10)  # transformers' own greedy decoding: shares no code with kvlib
+    greedy = hf_greedy(hf_tiny[0], ids, 10, stop_at_eos=False)  # transformers' own: shares no code with kvlib
     assert kvlib.generate(tiny, "To be, or not", 10, stop_at_eos=False).ids == greedy
     assert kvlib.generate(tiny, "To be, or not", 10, temperature=0.8, top_k=1, seed=1, stop_at_eos=False).ids == greedy
     assert kvlib.generate(tiny, "To be, or not", 10, temperature=0.8, top_p=1e-6, seed=1, stop_at_eos=False).ids == greedy

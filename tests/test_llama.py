@@ -13,31 +13,22 @@ from transformers import LlamaForCausalLM
 import kvlib
 from kvlib import attention, embeddings, memory, models, views, widgets
 
+from bounds import assert_logits_close, hf_cached_vs_uncached, logit_bound
+from conftest import hf_greedy
 from test_kv_cache import cached_vs_uncached, prompts
 from test_parity import TEXT, check
 
-SMOLLM2_BOUND = 3e-4  # 30 layers on text: transformers' own cached and uncached logits differ by ~7e-5
 
-
-def eager(path):
-    return LlamaForCausalLM.from_pretrained(path, attn_implementation="eager").eval()
-
-
-@pytest.fixture(scope="module")
-def smollm2_hf(smollm2):
-    return eager(models.local_dir("smollm2"))
-
-
-def test_small_llama_matches_transformers(small_llama, small_llama_dir):
+def test_small_llama_matches_transformers(small_llama, hf_small_llama):
     c = small_llama.config
     assert (c.arch, c.n_head, c.n_kv_head, c.head_dim) == ("llama", 4, 2, 16)
-    check(small_llama, eager(small_llama_dir), small_llama.encode(TEXT)[:64])
+    check(small_llama, hf_small_llama, small_llama.encode(TEXT)[:64])
 
 
 def test_smollm2_matches_transformers(smollm2, smollm2_hf):
     c = smollm2.config
     assert (c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.n_embd, c.n_ctx) == (30, 9, 3, 64, 576, 8192)
-    ours, theirs = check(smollm2, smollm2_hf, smollm2.encode(TEXT * 2), SMOLLM2_BOUND)
+    ours, theirs = check(smollm2, smollm2_hf, smollm2.encode(TEXT * 2))
     assert ours.argmax(-1).tolist() == theirs.argmax(-1).tolist()
 
 
@@ -50,7 +41,7 @@ def test_changing_one_weight_changes_the_logits(small_llama):
         saved = w.clone()  # the fixture is shared: restored from this copy, not by subtracting again
         try:
             w[0] += 1.0
-            assert (small_llama.forward(ids) - before).abs().max() > 1e-3, name
+            assert (small_llama.forward(ids) - before).abs().max() > 10 * logit_bound(small_llama, before), name
         finally:
             w.copy_(saved)
 
@@ -60,38 +51,27 @@ def test_changing_one_weight_changes_the_logits(small_llama):
 def test_cached_equals_uncached_small_llama(small_llama, case):
     ids, split = case
     cached, plain = cached_vs_uncached(small_llama, ids, split)
-    assert (cached - plain).abs().max() < 1e-4
+    assert_logits_close(cached, plain, small_llama)
     assert cached.argmax(-1).tolist() == plain.argmax(-1).tolist()
-
-
-def hf_cached_vs_uncached(hf, ids, split):
-    """transformers' own drift: the same prefill-then-steps split, through its own cache."""
-    with torch.no_grad():
-        out = hf(torch.tensor([ids[:split]]), use_cache=True)
-        logits = [out.logits[0]]
-        for t in ids[split:]:
-            out = hf(torch.tensor([[t]]), cache=out.cache, use_cache=True)
-            logits.append(out.logits[0])
-        return torch.cat(logits), hf(torch.tensor([ids])).logits[0]
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=prompts(49152, 16))
 @example(case=([0, 0, 0, 0], 1))  # found by CI: drifts 1.0e-3, transformers' own 7.2e-4
+@example(case=(list(range(17)), 1))  # the most of the runs tried (bounds.py): kvlib 2.9e-3, transformers 2.5e-3
 def test_cached_equals_uncached_smollm2(smollm2, smollm2_hf, case):
-    """Float32 sums in another order drift: on ordinary text by < 3e-4 after 30 layers, but on
-    runs of special tokens (ids 0-16), where logits reach ~30, transformers' own cached and
-    uncached logits differ by up to ~1.3e-3. kvlib may drift as much as the reference does."""
+    """Float32 sums in another order drift, most on runs of special tokens (ids 0-16), where logits reach
+    ~36: kvlib's cached and uncached logits within the bound, and transformers' own too (a drawn case on
+    which transformers drifts past it says the bound is too tight, not that kvlib is wrong)."""
     ids, split = case
     cached, plain = cached_vs_uncached(smollm2, ids, split)
-    theirs_cached, theirs_plain = hf_cached_vs_uncached(smollm2_hf, ids, split)
-    reference_drift = (theirs_cached - theirs_plain).abs().max().item()
-    assert (cached - plain).abs().max() < max(SMOLLM2_BOUND, 2 * reference_drift)
+    assert_logits_close(*hf_cached_vs_uncached(smollm2_hf, ids, split), smollm2)
+    assert_logits_close(cached, plain, smollm2)
 
 
 def test_smollm2_cached_equals_uncached_on_text(smollm2):
     cached, plain = cached_vs_uncached(smollm2, smollm2.encode("Mary had a little lamb, its fleece was"), 3)
-    assert (cached - plain).abs().max() < SMOLLM2_BOUND
+    assert_logits_close(cached, plain, smollm2)
     assert cached.argmax(-1).tolist() == plain.argmax(-1).tolist()
 
 
@@ -112,12 +92,16 @@ def test_smollm2_cache_holds_three_kv_heads_exactly(smollm2):
     assert cache.nbytes == sum(t.numel() * 4 for layer in cache.layers for t in (layer.keys, layer.values))
 
 
-def test_the_cache_holds_keys_after_rope(small_llama):
-    """Cached keys are the rotated ones: a key computed at another position would differ."""
+def test_the_cache_holds_keys_after_rope(small_llama, hf_small_llama):
+    """Cached keys are the rotated ones, those transformers caches: a key computed at another position
+    would differ."""
     ids = small_llama.encode("To be, or not to be")
     cache, trace = small_llama.new_cache(), kvlib.Trace()
     small_llama.forward(ids, cache=cache, trace=trace)
     assert torch.equal(cache.layers[1].keys, trace.layers[1].k)
+    with torch.no_grad():
+        theirs = hf_small_llama(torch.tensor([ids]), use_cache=True).cache.layers[1].keys[0]  # [nkv, T, hd]
+    assert torch.allclose(cache.layers[1].keys, theirs, atol=1e-5)  # the same projection and rotation, rounded
     steps = attention.explain(small_llama, ids, layer=1, head=0)  # head 0 reads K/V head 0
     assert torch.allclose(steps.K, cache.layers[1].keys[0], atol=1e-5)
     unrotated = steps.E @ steps.WK
@@ -177,14 +161,15 @@ def test_prompt_cache_hit_equals_a_plain_prefill(small_llama):
     pc.prefill(shared + [7])
     res = pc.prefill(shared + [9, 10])
     assert res.receipt.cached_tokens == 24
-    assert (res.logits - small_llama.forward(shared + [9, 10])[-1]).abs().max() < 1e-4
+    assert_logits_close(res.logits, small_llama.forward(shared + [9, 10])[-1], small_llama)
     assert res.cache.layers[0].keys.shape == (2, 26, 16)
 
 
-def test_apps_run_on_the_llama_family(small_llama, small_llama_dir):
+def test_apps_run_on_the_llama_family(small_llama, hf_small_llama):
     app = widgets.AttentionExplorer(small_llama, "Mary had a little lamb", layer=2, head=3)
     trace = kvlib.Trace()
     small_llama.forward(small_llama.encode("Mary had a little lamb"), trace=trace)
+    # the view sends weights rounded to 3 decimals: off by 5e-4 at most, plus rounding of the pass
     assert (torch.tensor(app.grid.weights[2]) - trace.layers[2].weights).abs().max() < 6e-4
     growth = views.CacheGrowth.of(small_llama, "Mary had a little", new_tokens=3)
     assert growth.nbytes[2] == growth.held(2) * memory.model_kv_bytes_per_token(small_llama.config)
@@ -196,8 +181,7 @@ def test_apps_run_on_the_llama_family(small_llama, small_llama_dir):
     chat = widgets.Chat(small_llama, prompt="Mary", max_new_tokens=4)
     chat.send.click()
     chat.wait(60)
-    from test_generate import hf_greedy
-    assert chat.last.ids == hf_greedy(eager(small_llama_dir), small_llama.encode("Mary"), 4)[:len(chat.last.ids)]
+    assert chat.last.ids == hf_greedy(hf_small_llama, small_llama.encode("Mary"), 4, stop_at_eos=False)[:len(chat.last.ids)]
 
 
 def test_a_llama_variant_kvlib_cannot_run_is_refused_by_name(tmp_path):
