@@ -10,14 +10,16 @@ import pytest
 import torch
 
 import kvlib
+from conftest import hf_greedy
 from kvlib import plots, tokenization
 from kvlib.generate import FEEDS, feed_loop, softmax_at, temperature_probs
 from test_widgets import texts_by_row
 
 
-def test_the_whole_feed_is_the_real_loop(tiny):
+def test_the_whole_feed_is_the_real_loop(tiny, hf_tiny):
     run = feed_loop(tiny, "ROMEO.\n", 6, "whole")
     assert run.ids == kvlib.generate(tiny, "ROMEO.\n", 6, use_cache=False, stop_at_eos=False).ids
+    assert run.ids == hf_greedy(hf_tiny[0], hf_tiny[1].encode("ROMEO.\n"), 6, stop_at_eos=False)  # transformers' loop
     prompt = tiny.encode("ROMEO.\n")
     assert run.inputs == [prompt + run.ids[:k] for k in range(6)]
     assert run.from_prompt == [len(prompt)] * 6 and run.text == tiny.decode(run.ids)

@@ -13,23 +13,18 @@ import pytest
 import torch
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+from conftest import hf_greedy
 from kvlib import embeddings, plots, tokenization, views, widgets
 from test_views_maps import pca_by_hand, same_up_to_sign, separation_by_hand
-
-
-@torch.no_grad()
-def greedy(hf_tiny, prompt, n):  # transformers' own greedy ids and text: not kvlib's decode loop
-    model, tok = hf_tiny
-    ids = tok(prompt, return_tensors="pt").input_ids
-    new = model.generate(ids, max_new_tokens=n, do_sample=False, pad_token_id=0)[0, ids.shape[1]:].tolist()
-    return new, tok.decode(new)
 
 
 def test_chat_streams_the_same_tokens_as_transformers_greedy(tiny, hf_tiny):
     chat = widgets.Chat(tiny, prompt="ROMEO.\n", max_new_tokens=15)
     chat.send.click()
     chat.wait(60)
-    ids, text = greedy(hf_tiny, "ROMEO.\n", 15)
+    model, tok = hf_tiny
+    ids = hf_greedy(model, tok.encode("ROMEO.\n"), 15)  # transformers' own tokenizer and decoding
+    text = tok.decode(ids)
     assert chat.last.ids == ids and len(ids) == 15
     assert text.replace("\n", "") in chat.answer.value.replace("\n", "")
     assert "15 tokens" in chat.status.value and not chat.send.disabled
@@ -75,7 +70,7 @@ def test_chat_shows_bad_input_in_place_and_keeps_working(tiny, hf_tiny, prompt, 
     chat.prompt.value, chat.max_tokens.value = "JULIET.\n", 5
     chat.send.click()
     chat.wait(60)
-    assert chat.last.ids == greedy(hf_tiny, "JULIET.\n", 5)[0]
+    assert chat.last.ids == hf_greedy(hf_tiny[0], hf_tiny[1].encode("JULIET.\n"), 5)
 
 
 def test_tokens_view_uses_each_tokenizers_ids(tiny):
