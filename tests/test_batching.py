@@ -1,46 +1,63 @@
-"""Batched generation and the paged cache it runs on: every answer equals the one its prompt gets alone,
-every cached logit equals an uncached pass, shared blocks are copied before anyone writes into them,
-and every block taken is given back."""
+"""Batched generation and the paged cache it runs on: every answer is the one transformers gives its prompt
+alone, every cached logit equals transformers' uncached pass, shared blocks are copied before anyone writes
+into them, and every block taken is given back. The expectations come from transformers on the same weights,
+never from kvlib's own generate or forward: those run the same cached calls of the forward pass, so a bug
+there (a RoPE position offset) would be on both sides and pass."""
 
 import pytest
 import torch
 
 from kvlib import KVLibError, generate, generate_batch
 from kvlib.batching import forward_rows
+from kvlib.generate import sample
 from kvlib.paged_cache import BlockAllocator, PagedKVCache
+
+from bounds import assert_logits_close, hf_logits
+from conftest import hf_greedy, hf_model
 
 PROMPTS = ["Once upon a time", "The", "A very long prompt about a king who went to the sea and saw that the water",
            "Hi", "In the beginning there was nothing but", "x y z", "Tom and Sue went", "The sun is hot and the"]
 
 
-def assert_same_answers(model, prompts, max_new_tokens, **sampling):
-    batch = generate_batch(model, prompts, max_new_tokens=max_new_tokens, **sampling)
-    seed = sampling.pop("seed", None)
-    for i, (prompt, gen) in enumerate(zip(prompts, batch)):
-        alone = generate(model, prompt, max_new_tokens=max_new_tokens, seed=None if seed is None else seed + i, **sampling)
-        assert (gen.ids, gen.text, gen.stop_reason) == (alone.ids, alone.text, alone.stop_reason), prompt
-    return batch
-
-
-def test_greedy_batch_equals_generate_alone_tiny(tiny):
+def test_greedy_batch_answers_what_transformers_answers_each_prompt_alone_tiny(tiny, hf_tiny):
+    hf, tok = hf_tiny
     assert len({len(tiny.encode(p)) for p in PROMPTS}) >= 6  # prompts of different lengths
-    batch = assert_same_answers(tiny, PROMPTS, 16)
+    batch = generate_batch(tiny, PROMPTS, max_new_tokens=16)  # each stops at the end-of-text token, as HF's does
+    for prompt, gen in zip(PROMPTS, batch):
+        assert gen.ids == hf_greedy(hf, tok(prompt).input_ids, 16), prompt
+        assert gen.text == tok.decode(gen.ids)
+        ended = gen.ids[-1] == hf.generation_config.eos_token_id
+        assert gen.stop_reason == ("end-of-text token" if ended else "max_new_tokens (16) reached")
     assert len({gen.text for gen in batch}) == len(PROMPTS)  # eight different answers, not one repeated
 
 
-def test_greedy_batch_equals_generate_alone_llama(small_llama):  # grouped K/V heads and RoPE
-    assert_same_answers(small_llama, PROMPTS, 12)
+@pytest.mark.parametrize("name", ["small_llama", "smollm2"])  # grouped K/V heads and RoPE
+def test_greedy_batch_answers_what_transformers_answers_each_prompt_alone_llama(name, request):
+    model, hf = request.getfixturevalue(name), hf_model(request, name)
+    prompts = [model.encode(p) for p in PROMPTS]
+    # no stop at the end-of-text token: the small Llama's config and tokenizer name different ones
+    for prompt, gen in zip(prompts, generate_batch(model, prompts, max_new_tokens=12, stop_at_eos=False)):
+        assert gen.ids == hf_greedy(hf, prompt, 12, stop_at_eos=False), model.decode(prompt)
+        assert gen.stop_reason.startswith("max_new_tokens")
 
 
-def test_sampled_batch_equals_generate_alone_with_the_same_seeds(tiny):  # sequence i samples with seed + i
-    batch = assert_same_answers(tiny, PROMPTS[:4], 10, temperature=1.0, seed=7)
-    greedy = generate_batch(tiny, PROMPTS[:4], max_new_tokens=10)
+@torch.no_grad()
+def hf_sampled(hf, ids, n, temperature, seed):
+    """n tokens drawn from transformers' logits (an uncached pass each) by kvlib's sampler with a generator
+    seeded as generate seeds it: the forward pass is transformers', the draw is the one being tested."""
+    generator, ids = torch.Generator().manual_seed(seed), list(ids)
+    for _ in range(n):
+        ids.append(sample(hf_logits(hf, ids)[-1], temperature, generator=generator))
+    return ids[-n:]
+
+
+def test_sampled_batch_draws_with_seed_plus_i_from_transformers_logits(tiny, hf_tiny):  # sequence i: seed + i
+    prompts = [tiny.encode(p) for p in PROMPTS[:4]]
+    batch = generate_batch(tiny, prompts, max_new_tokens=10, temperature=1.0, seed=7, stop_at_eos=False)
+    for i, (prompt, gen) in enumerate(zip(prompts, batch)):
+        assert gen.ids == hf_sampled(hf_tiny[0], prompt, 10, 1.0, seed=7 + i), PROMPTS[i]
+    greedy = generate_batch(tiny, prompts, max_new_tokens=10, stop_at_eos=False)
     assert [g.ids for g in batch] != [g.ids for g in greedy]  # the sampling really sampled
-
-
-def test_greedy_batch_equals_generate_alone_smollm2(smollm2):
-    prompts = [smollm2.encode(p) for p in PROMPTS]
-    assert_same_answers(smollm2, prompts, 12, stop_at_eos=False)
 
 
 def test_a_sequence_that_stops_early_leaves_and_the_others_go_on(tiny):
@@ -52,15 +69,11 @@ def test_a_sequence_that_stops_early_leaves_and_the_others_go_on(tiny):
     assert len(gens[0].step_seconds) == len(gens[0].ids)  # its prefill, then one step per token
 
 
-def uncached_last(model, ids):
-    return model.forward(ids, last_only=True)[-1]
-
-
-@pytest.mark.parametrize("fixture", ["tiny", "small_llama", "smollm2"])
-def test_cached_logits_equal_an_uncached_pass(fixture, request):
+@pytest.mark.parametrize("name", ["tiny", "small_llama", "smollm2"])
+def test_cached_logits_equal_transformers_uncached_pass(name, request):
     """Eight sequences in one pool: each decode row, and a prefill packed beside decode rows, gives the
-    logits a pass over that sequence's whole text gives, with no cache at all."""
-    model = request.getfixturevalue(fixture)
+    logits transformers gives in one pass over that sequence's whole text, with no cache at all."""
+    model, hf = request.getfixturevalue(name), hf_model(request, name)
     prompts = [model.encode(p) for p in PROMPTS]
     cache = PagedKVCache(model.config.n_layer, n_blocks=64, block_size=4)
     seqs = [cache.add() for _ in prompts]
@@ -76,11 +89,11 @@ def test_cached_logits_equal_an_uncached_pass(fixture, request):
                 texts[seq].extend(ids)
         logits = forward_rows(model, cache, rows)  # [len(rows), V]
         for (seq, _), row in zip(rows, logits):
-            torch.testing.assert_close(row, uncached_last(model, texts[seq]), atol=1e-4, rtol=0)
+            assert_logits_close(row, hf_logits(hf, texts[seq])[-1], model)
     assert [cache.sequences[s].length for s in seqs] == [len(t) for t in texts]
 
 
-def test_a_shared_prefix_is_copied_before_it_is_written(tiny):
+def test_a_shared_prefix_is_copied_before_it_is_written(tiny, hf_tiny):
     """Two users share a 6-token system prompt (blocks of 4: one full block, one half full). Each writes
     its own tokens after it: the half-full block is copied first, so the owner's keys never change."""
     system = tiny.encode("The king of the sea said")[:6]
@@ -93,7 +106,7 @@ def test_a_shared_prefix_is_copied_before_it_is_written(tiny):
     rows = [(a, tiny.encode(" hello")), (b, tiny.encode(" to the moon and back"))]
     logits = forward_rows(tiny, cache, rows)
     for (seq, ids), row in zip(rows, logits):
-        torch.testing.assert_close(row, uncached_last(tiny, system + ids), atol=1e-4, rtol=0)
+        assert_logits_close(row, hf_logits(hf_tiny[0], system + ids)[-1], tiny)
     assert torch.equal(cache.keys(0, owner), before)
     assert cache.sequences[a].blocks[0] == cache.sequences[b].blocks[0] == cache.sequences[owner].blocks[0]  # full: shared
     assert len({cache.sequences[s].blocks[1] for s in (owner, a, b)}) == 3  # half full: each has its own copy
@@ -155,7 +168,7 @@ def test_clear_errors(tiny):
     assert allocator.free == [0, 1]
 
 
-def test_a_refused_call_changes_nothing(tiny):
+def test_a_refused_call_changes_nothing(tiny, hf_tiny):
     """A full pool or a bad id refuses the whole call before any sequence takes a slot: afterwards the
     sequences decode on as if it had never been made."""
     cache = PagedKVCache(tiny.config.n_layer, n_blocks=3, block_size=4)
@@ -172,7 +185,7 @@ def test_a_refused_call_changes_nothing(tiny):
     assert held() == before
     logits = forward_rows(tiny, cache, [(a, [8]), (b, [9])])
     for row, ids in enumerate(([1, 2, 3, 4, 8], [5, 6, 7, 9])):
-        assert (logits[row] - tiny.forward(ids)[-1]).abs().max() < 1e-4
+        assert_logits_close(logits[row], hf_logits(hf_tiny[0], ids)[-1], tiny)
     with pytest.raises(KVLibError, match="block_size .* must be a whole number"):
         PagedKVCache(tiny.config.n_layer, 3, block_size=2.5)
     with pytest.raises(KVLibError, match="n_blocks must be a whole number, at least 1, not 2.5"):
@@ -183,7 +196,7 @@ def test_a_refused_call_changes_nothing(tiny):
     assert cache.sequences[0].length == len(tiny.encode(text)) < len(text)
 
 
-def test_two_holders_of_a_shared_part_full_block_in_one_call_take_one_copy(tiny):
+def test_two_holders_of_a_shared_part_full_block_in_one_call_take_one_copy(tiny, hf_tiny):
     """The first copies the block it shares and writes into the copy; the second is then its only holder and
     writes in place. So the call needs one free block, not two."""
     cache = PagedKVCache(tiny.config.n_layer, n_blocks=3, block_size=4)
@@ -194,4 +207,4 @@ def test_two_holders_of_a_shared_part_full_block_in_one_call_take_one_copy(tiny)
     logits = forward_rows(tiny, cache, [(a, [7]), (b, [8])])
     assert cache.allocator.refs == [2, 1, 1] and cache.allocator.in_use == 3
     for row, ids in enumerate(([1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 4, 5, 6, 8])):
-        assert (logits[row] - tiny.forward(ids)[-1]).abs().max() < 1e-4
+        assert_logits_close(logits[row], hf_logits(hf_tiny[0], ids)[-1], tiny)
