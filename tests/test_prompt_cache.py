@@ -6,11 +6,13 @@ import threading
 import numpy as np
 import pytest
 import torch
-import transformers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvlib
+
+from bounds import assert_logits_close
+from conftest import hf_greedy
 
 
 class Clock:
@@ -23,6 +25,16 @@ class Clock:
 
 def ids(n, seed):
     return torch.randint(0, 4096, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def stored_blocks(pc):  # a copy of every stored block's K and V, by key
+    return {key: [t.clone() for t in b.keys + b.values] for key, b in pc.blocks.items()}
+
+
+def assert_blocks_unchanged(pc, before):  # every block copied in `before` is still stored, bit for bit as it was
+    for key, tensors in before.items():
+        assert key in pc.blocks
+        assert all(torch.equal(a, b) for a, b in zip(pc.blocks[key].keys + pc.blocks[key].values, tensors))
 
 
 def held_bytes(pc):
@@ -39,11 +51,11 @@ def test_a_hit_gives_the_logits_of_an_uncached_pass(tiny, prefix, first, second,
     pc.prefill(shared + ids(first, seed + 1) or shared)
     prompt = shared + ids(second, seed + 2)
     res = pc.prefill(prompt)
-    assert (res.logits - tiny.forward(prompt)[-1]).abs().max() < 1e-4
+    assert_logits_close(res.logits, tiny.forward(prompt)[-1], tiny)
     assert len(res.cache) == len(prompt)
     # the returned cache decodes on exactly like a fresh one
     nxt = int(res.logits.argmax())
-    assert (tiny.forward([nxt], cache=res.cache)[-1] - tiny.forward(prompt + [nxt])[-1]).abs().max() < 1e-4
+    assert_logits_close(tiny.forward([nxt], cache=res.cache)[-1], tiny.forward(prompt + [nxt])[-1], tiny)
 
 
 def test_receipts_count_exactly(tiny):
@@ -147,7 +159,7 @@ def test_a_crafted_tenant_name_cannot_forge_another_tenants_block(tiny):
     forged = "alice" + torch.tensor(prompt[:8], dtype=torch.int64).numpy().tobytes().decode("ascii")
     attack = pc.prefill(prompt[8:], tenant=forged, cache_control=8)
     assert attack.receipt.cached_tokens == 0
-    assert torch.allclose(attack.logits, tiny.forward(prompt[8:])[-1], atol=1e-4)  # its own tokens' answer
+    assert_logits_close(attack.logits, tiny.forward(prompt[8:])[-1], tiny)  # its own tokens' answer
     assert pc.prefill(prompt, tenant="alice", cache_control=16).receipt.cached_tokens == 16  # alice still hits
 
 
@@ -175,7 +187,7 @@ def test_concurrent_requests_all_get_correct_results(tiny):
         raise errors[0]
     assert sorted(results) == list(range(len(prompts)))  # every request answered
     for i, res in results.items():
-        assert (res.logits - expected[i]).abs().max() < 1e-4, i
+        assert_logits_close(res.logits, expected[i], tiny)
         assert len(res.cache) == len(prompts[i])
     kinds = [e.kind for e in pc.events]
     assert "evict" in kinds and "hit" in kinds  # the budget was reached while requests hit
@@ -213,7 +225,7 @@ def test_eviction_never_leaves_a_hole_under_a_ticking_clock(tiny):
     assert sorted(b.depth for b in pc.blocks.values()) == [0, 0, 1, 1, 2]  # five's blocks 4, 3, 2 went, leaves first
     res = pc.prefill(five)
     assert res.receipt.cached_tokens == 8  # the surviving prefix is hit
-    assert (res.logits - tiny.forward(five)[-1]).abs().max() < 1e-4
+    assert_logits_close(res.logits, tiny.forward(five)[-1], tiny)
 
 
 def test_a_hit_renews_its_ancestors_so_expiry_leaves_no_hole(tiny):
@@ -258,7 +270,7 @@ def test_a_request_never_changes_what_another_sees(tiny):
     tiny.forward([5, 6, 7], cache=first.cache)  # decoding on from one result must not touch the stored blocks
     second = pc.prefill(prompt)
     assert second.receipt.cached_tokens == 32
-    assert (second.logits - tiny.forward(prompt)[-1]).abs().max() < 1e-4
+    assert_logits_close(second.logits, tiny.forward(prompt)[-1], tiny)
 
 
 def test_bad_input(tiny):
@@ -339,7 +351,7 @@ def test_automatic_mode_caches_nothing_under_its_minimum_and_counts_hits_in_bloc
     assert r2.cached_tokens == 128  # 150 shared tokens, hits in steps of 32
     r3 = pc.prefill(system[:100] + ids(60, 5)).receipt
     assert r3.cached_tokens == 0  # 96 shared tokens: a hit under the 128-token minimum is no hit
-    assert (pc.prefill(system + ids(20, 4)).logits - tiny.forward(system + ids(20, 4))[-1]).abs().max() < 1e-4
+    assert_logits_close(pc.prefill(system + ids(20, 4)).logits, tiny.forward(system + ids(20, 4))[-1], tiny)
 
 
 def test_explicit_mode_finds_a_marked_prefix_however_each_request_cut_it(tiny):
@@ -352,7 +364,7 @@ def test_explicit_mode_finds_a_marked_prefix_however_each_request_cut_it(tiny):
         res = pc.prefill(prefix + question, cache_control=second)
         r = res.receipt
         assert (r.cached_tokens, r.written_tokens, r.blocks) == (77, 0, ["hit"] * len(second)), (first, second)
-        assert (res.logits - tiny.forward(prefix + question)[-1]).abs().max() < 1e-4
+        assert_logits_close(res.logits, tiny.forward(prefix + question)[-1], tiny)
         assert [e.kind for e in pc.events[-len(first):]] == ["hit"] * len(first)  # each stored block read once
     pc = kvlib.PromptCache(tiny, mode="explicit")
     pc.prefill(prefix + ids(5, 3), cache_control=[10, 77])
@@ -389,7 +401,7 @@ def test_explicit_mode_caches_exactly_the_marked_prefix(tiny):
     assert (r1.cached_tokens, r1.written_tokens, r1.blocks, r1.mode) == (0, 70, ["written"], "explicit")
     res = pc.prefill(system + ids(12, 3), cache_control=70)
     assert (res.receipt.cached_tokens, res.receipt.written_tokens) == (70, 0)  # not rounded to any block
-    assert (res.logits - tiny.forward(system + ids(12, 3))[-1]).abs().max() < 1e-4
+    assert_logits_close(res.logits, tiny.forward(system + ids(12, 3))[-1], tiny)
     assert pc.prefill(system + ids(12, 3), cache_control=69).receipt.cached_tokens == 0  # another prefix
     r = pc.prefill(system + ids(30, 4), cache_control=[70, 90]).receipt  # two breakpoints: hit one, write one
     assert (r.cached_tokens, r.written_tokens, r.blocks) == (70, 20, ["hit", "written"])
@@ -404,7 +416,7 @@ def test_explicit_mode_caches_exactly_the_marked_prefix(tiny):
         kvlib.PromptCache(tiny, mode="magic")
 
 
-def test_a_cached_prompt_is_not_a_cached_answer(tiny):
+def test_a_cached_prompt_is_not_a_cached_answer(tiny, hf_tiny):
     pc = kvlib.PromptCache(tiny, block_size=16)
     prompt = ids(60, 3)
     pc.prefill(prompt)
@@ -412,10 +424,7 @@ def test_a_cached_prompt_is_not_a_cached_answer(tiny):
     assert len({tuple(a.ids) for a in answers}) == 3  # sampled anew each time
     assert {(a.receipt.cached_tokens, a.receipt.written_tokens) for a in answers} == {(48, 0)}
     greedy = pc.answer(prompt, max_new_tokens=8)  # a cached prefix, then greedy: what transformers picks afresh
-    hf = transformers.GPT2LMHeadModel.from_pretrained(kvlib.models.TINY_DIR).eval()
-    with torch.no_grad():
-        fresh = hf.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False, pad_token_id=0)[0, 60:]
-    assert greedy.ids == fresh.tolist()[:len(greedy.ids)]
+    assert greedy.ids == hf_greedy(hf_tiny[0], prompt, 8)
     assert pc.answer(prompt, 5, temperature=1.0, seed=1).ids == answers[1].ids[:5]  # the same seed, the same answer
 
 
@@ -498,21 +507,20 @@ def test_writing_into_a_requests_cache_never_changes_the_stored_blocks(tiny):
     pc = kvlib.PromptCache(tiny, block_size=8)
     prompt = ids(33, 3)
     writer = pc.prefill(prompt)  # the request whose cache the blocks were taken from
-    stored = {key: [t.clone() for t in b.keys + b.values] for key, b in pc.blocks.items()}
+    stored = stored_blocks(pc)
     assert len(stored) == 4
     reader = pc.prefill(prompt[:20] + ids(6, 4))  # a hit on 2 blocks, extended by a new third one
     assert reader.receipt.blocks[:2] == ["hit", "hit"]
-    stored.update({key: [t.clone() for t in b.keys + b.values] for key, b in pc.blocks.items() if key not in stored})
+    stored = stored_blocks(pc) | stored  # the new block's copy added; the first four as they were before the hit
     for res in (writer, reader):
         for layer in res.cache.layers:  # writing into the request's cache in place (before decoding regrows it)
             layer.keys.mul_(-1)
             layer.values.zero_()
         tiny.forward([5, 6, 7], cache=res.cache)  # and decoding on, which appends to it
-    for key, tensors in stored.items():
-        assert all(torch.equal(a, b) for a, b in zip(pc.blocks[key].keys + pc.blocks[key].values, tensors))
+    assert_blocks_unchanged(pc, stored)
     res = pc.prefill(prompt)
     assert res.receipt.cached_tokens == 32
-    assert (res.logits - tiny.forward(prompt)[-1]).abs().max() < 1e-4
+    assert_logits_close(res.logits, tiny.forward(prompt)[-1], tiny)
 
 
 def storage(t):
@@ -525,7 +533,7 @@ def test_a_hit_shares_the_stored_blocks_by_reference(tiny):
     prompt = ids(33, 3)
     pc.prefill(prompt[:17])           # writes blocks 0-1: one run
     pc.prefill(prompt)                # hits them, writes blocks 2-3: a second run
-    stored = {key: [t.clone() for t in b.keys + b.values] for key, b in pc.blocks.items()}
+    stored = stored_blocks(pc)
     res = pc.prefill(prompt + ids(5, 9))
     assert res.receipt.blocks == ["hit"] * 4
     by_depth = {b.depth: b for b in pc.blocks.values()}
@@ -536,24 +544,13 @@ def test_a_hit_shares_the_stored_blocks_by_reference(tiny):
             assert ks[piece].data_ptr() == by_depth[depth].keys[layer].data_ptr()
             assert vs[piece].data_ptr() == by_depth[depth].values[layer].data_ptr()
     assert res.cache.layers[0].shared_length == 32 and len(res.cache) == 38
-    assert (res.logits - tiny.forward(prompt + ids(5, 9))[-1]).abs().max() < 1e-4
+    assert_logits_close(res.logits, tiny.forward(prompt + ids(5, 9))[-1], tiny)
     tiny.forward([1, 2, 3], cache=res.cache)  # extending the request appends to its own buffer only
     copy = res.cache.copy()
     tiny.forward([4, 5], cache=copy)
     assert storage(copy.layers[3].pieces()[0][0]) == storage(ks[0])  # a copy shares the stored blocks too
     assert len(res.cache) == 41 and len(copy) == 43
-    for key, tensors in stored.items():
-        assert all(torch.equal(a, b) for a, b in zip(pc.blocks[key].keys + pc.blocks[key].values, tensors))
-
-
-def stored_blocks(pc):
-    return {key: [t.clone() for t in b.keys + b.values] for key, b in pc.blocks.items()}
-
-
-def assert_blocks_unchanged(pc, before):
-    assert pc.blocks.keys() == before.keys()
-    for key, tensors in before.items():
-        assert all(torch.equal(a, b) for a, b in zip(pc.blocks[key].keys + pc.blocks[key].values, tensors))
+    assert_blocks_unchanged(pc, stored)
 
 
 def test_copy_on_write_never_reaches_the_stored_blocks(tiny):
@@ -577,13 +574,14 @@ def test_copy_on_write_never_reaches_the_stored_blocks(tiny):
         copied.values.zero_()
     tiny.forward([3], cache=copy)  # decoding on from a copy appends to the copy's own buffer
     assert_blocks_unchanged(pc, before)
-    assert (tiny.forward([3], cache=res.cache)[-1] - tiny.forward(prompt + [3])[-1]).abs().max() < 1e-4
+    assert_logits_close(tiny.forward([3], cache=res.cache)[-1], tiny.forward(prompt + [3])[-1], tiny)
     with pytest.raises(kvlib.KVLibError, match="starts an empty cache"):
         res.cache.layers[1].share(res.cache.layers[1].pieces())
     layer.unshare()  # asked for: the request's own copy, which writes then reach
     layer.keys.zero_()
     assert layer.shared_length == 0 and layer.keys.abs().sum() == 0
     assert_blocks_unchanged(pc, before)
+    assert pc.blocks.keys() == before.keys()  # nor was a block added or dropped
 
 
 def test_a_live_request_outlives_eviction_compaction_and_expiry_of_its_blocks(tiny):
@@ -608,7 +606,7 @@ def test_a_live_request_outlives_eviction_compaction_and_expiry_of_its_blocks(ti
             ticking.advance(1000)
             assert pc.expire() > 0 and not pc.blocks  # everything stored is gone now
         logits = tiny.forward([token], cache=res.cache)[-1]
-        assert (logits - tiny.forward(seq)[-1]).abs().max() < 1e-4
+        assert_logits_close(logits, tiny.forward(seq)[-1], tiny)
     assert res.cache.layers[0].shared_length == 32  # still reading the memory nobody else holds now
 
 
@@ -618,7 +616,7 @@ def test_evicting_part_of_a_run_frees_its_bytes_and_keeps_the_rest(tiny):
     pc = kvlib.PromptCache(tiny, block_size=4, max_bytes=6 * per_block, clock=clock)
     first = ids(21, 1)
     pc.prefill(first)  # 5 blocks, one run
-    kept = {key: [t.clone() for t in b.keys + b.values] for key, b in pc.blocks.items()}
+    kept = stored_blocks(pc)
     clock.now = 1
     pc.prefill(ids(13, 2))  # 3 blocks: two of the first run's leaves must go
     assert sorted(b.depth for b in pc.blocks.values()) == [0, 0, 1, 1, 2, 2]
@@ -626,12 +624,12 @@ def test_evicting_part_of_a_run_frees_its_bytes_and_keeps_the_rest(tiny):
     assert held_bytes(pc) == held == 6 * per_block
     survivors = [key for key in kept if key in pc.blocks]
     assert len(survivors) == 3 and len({id(pc.blocks[key].run) for key in survivors}) == 1
-    for key in survivors:  # the first run, copied down to its 3 blocks, holds what it held
-        assert pc.blocks[key].run.keys[0].shape[1] == 12
-        assert all(torch.equal(x, y) for x, y in zip(pc.blocks[key].keys + pc.blocks[key].values, kept[key]))
+    # the first run, copied down to its 3 blocks, holds what it held
+    assert all(pc.blocks[key].run.keys[0].shape[1] == 12 for key in survivors)
+    assert_blocks_unchanged(pc, {key: kept[key] for key in survivors})
     res = pc.prefill(first)
     assert res.receipt.cached_tokens == 12
-    assert (res.logits - tiny.forward(first)[-1]).abs().max() < 1e-4
+    assert_logits_close(res.logits, tiny.forward(first)[-1], tiny)
 
 
 def test_a_chat_hit_turn_by_turn_reads_one_piece_per_run(tiny):
@@ -643,7 +641,7 @@ def test_a_chat_hit_turn_by_turn_reads_one_piece_per_run(tiny):
         res = pc.prefill(chat[:4 * turn + 1])
         assert len(res.cache.layers[2].pieces()) == turn  # turn - 1 runs hit, then the request's own tokens
     assert res.receipt.cached_tokens == 4 * 19 and res.cache.shared_nbytes == 4 * 19 * memory_bytes(tiny)
-    assert (res.logits - tiny.forward(chat)[-1]).abs().max() < 1e-4
+    assert_logits_close(res.logits, tiny.forward(chat)[-1], tiny)
 
 
 def test_anthropic_prices_use_the_lowest_published_minimum():
@@ -663,12 +661,11 @@ def test_the_cache_holds_only_the_prompts_k_and_v_never_the_answer(request, name
     pc = kvlib.PromptCache(model, block_size=8)
     prompt = ids(30, 4)
     first = pc.answer(prompt, max_new_tokens=10, temperature=1.0, seed=0)
-    stored = {key: [t.clone() for t in b.keys + b.values] for key, b in pc.blocks.items()}
+    stored = stored_blocks(pc)
     later = [pc.answer(prompt, max_new_tokens=10, temperature=1.0, seed=s) for s in (1, 2)]
     assert len({tuple(a.ids) for a in [first] + later}) > 1
     assert stored.keys() == pc.blocks.keys() and all(isinstance(k, bytes) and len(k) == 16 for k in stored)
-    for key, tensors in stored.items():
-        assert all(torch.equal(a, b) for a, b in zip(pc.blocks[key].keys + pc.blocks[key].values, tensors))
+    assert_blocks_unchanged(pc, stored)
     cfg = model.config
     assert {tuple(t.shape) for ts in stored.values() for t in ts} == {(cfg.n_kv_head, 8, cfg.head_dim)}
     assert all(len(ts) == 2 * cfg.n_layer for ts in stored.values())
