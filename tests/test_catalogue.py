@@ -1,15 +1,69 @@
-"""The catalogue of real architectures: each entry sourced, its bytes by the formula, the formula
-equal to real tensors wherever kvlib runs the model, and the classic mistakes measured."""
+"""The catalogue of real architectures: each entry's figures those its source gives (typed here once, not
+read back from the catalogue), its bytes by the formula, the formula equal to real tensors wherever kvlib
+runs the model, and the classic mistakes measured."""
 
 import pytest
 
 from kvlib import KVLibError, memory
 
-KB = {  # bytes per token in bf16, worked out by hand from each source: 2 (K, V) x layers x KV heads x head_dim x 2
-    "GPT-2 small": 2 * 12 * 12 * 64 * 2, "GPT-2 XL": 2 * 48 * 25 * 64 * 2, "Llama-2-7B": 2 * 32 * 32 * 128 * 2,
-    "Llama-3-8B": 2 * 32 * 8 * 128 * 2, "Llama-3.1-405B": 2 * 126 * 8 * 128 * 2, "Falcon-7B": 2 * 32 * 1 * 64 * 2,
-    "DeepSeek-67B": 2 * 95 * 8 * 128 * 2, "DeepSeek-V2": (512 + 64) * 60 * 2, "SmolLM2-135M": 2 * 30 * 3 * 64 * 2,
+BF16 = 2  # bytes a number: the catalogue sizes caches in bf16
+
+# Each entry's figures as its source gives them (the sources memory.CATALOGUE names): layers, query heads,
+# K/V heads cached, head size, hidden size, context (tokens), nominal parameters.
+SOURCES = {
+    "GPT-2 small": (12, 12, 12, 64, 768, 1024, 124e6), "GPT-2 medium": (24, 16, 16, 64, 1024, 1024, 355e6),
+    "GPT-2 large": (36, 20, 20, 64, 1280, 1024, 774e6), "GPT-2 XL": (48, 25, 25, 64, 1600, 1024, 1.5e9),
+    "Llama-2-7B": (32, 32, 32, 128, 4096, 4096, 7e9),  # of Llama 2, only 70B groups its K/V heads
+    "Llama-2-70B": (80, 64, 8, 128, 8192, 4096, 70e9),
+    "Llama-3-8B": (32, 32, 8, 128, 4096, 8192, 8e9), "Llama-3-70B": (80, 64, 8, 128, 8192, 8192, 70e9),
+    "Llama-3.1-405B": (126, 128, 8, 128, 16384, 131072, 405e9),
+    "Mistral-7B-v0.1": (32, 32, 8, 128, 4096, 32768, 7e9),
+    "Falcon-7B": (32, 71, 1, 64, 4544, 2048, 7e9),  # multi_query: its 71 query heads share one K/V head
+    "DeepSeek-67B": (95, 64, 8, 128, 8192, 4096, 67e9),
+    "DeepSeek-V2": (60, 128, 128, 128, 5120, 131072, 236e9), "DeepSeek-V3": (61, 128, 128, 128, 7168, 131072, 671e9),
+    "Gemma-2-9B": (42, 16, 8, 256, 3584, 8192, 9e9),  # head_dim 256, not 3584 / 16
+    "Gemma-2-27B": (46, 32, 16, 128, 4608, 8192, 27e9),
+    "Gemma-3-12B": (48, 16, 8, 256, 3840, 131072, 12e9), "Gemma-3-27B": (62, 32, 16, 128, 5376, 131072, 27e9),
+    "SmolLM2-135M": (30, 9, 3, 64, 576, 8192, 135e6),
 }
+GPT2 = dict(vocab=50257, family="gpt2")  # GPT-2's configs leave n_inner null: the feed-forward is 4 x hidden
+EXTRAS = {  # what only some sources give: a sliding window and the layers' pattern of Local and Global ones,
+    # MLA's (latent, RoPE key) numbers cached per layer, the vocabulary and feed-forward width of models kvlib runs
+    "Mistral-7B-v0.1": dict(window=4096, pattern="L"),
+    "Gemma-2-9B": dict(window=4096, pattern="LG"), "Gemma-2-27B": dict(window=4096, pattern="LG"),
+    "Gemma-3-12B": dict(window=1024, pattern="LLLLLG"), "Gemma-3-27B": dict(window=1024, pattern="LLLLLG"),
+    "DeepSeek-V2": dict(mla=(512, 64)), "DeepSeek-V3": dict(mla=(512, 64)),  # kv_lora_rank, qk_rope_head_dim
+    "GPT-2 small": dict(GPT2, ffn=4 * 768), "GPT-2 medium": dict(GPT2, ffn=4 * 1024),
+    "GPT-2 large": dict(GPT2, ffn=4 * 1280), "GPT-2 XL": dict(GPT2, ffn=4 * 1600),
+    "SmolLM2-135M": dict(vocab=49152, ffn=1536, family="llama"),
+}
+FACTS = {  # the sources' own numbers, as memory.FACTS cites them
+    "vllm_token_states": (0.204, 0.382), "vllm_token_states_paged": 0.963, "vllm_waste": 0.04,
+    "deepseek_v2_kv_reduction": 0.933, "deepseek_v2_deployed_kv_bits": 6, "kivi": "keys per channel, values per token",
+    "deepseek_v3_weight_bytes": 1, "streamingllm_sinks": 4,
+}
+
+
+def bytes_per_token(name):  # bf16, by hand from the source's figures: K and V x layers x K/V heads x head size x 2
+    layers, _, kv_heads, head_dim, *_ = SOURCES[name]
+    mla = EXTRAS.get(name, {}).get("mla")  # MLA caches one latent and one RoPE key per layer, shared by all heads
+    return (sum(mla) if mla else 2 * kv_heads * head_dim) * layers * BF16
+
+
+def test_the_catalogue_holds_its_sources_figures():
+    assert memory.CATALOGUE.keys() == SOURCES.keys()
+    for name, figures in SOURCES.items():
+        arch, extra = memory.CATALOGUE[name], EXTRAS.get(name, {})
+        assert (arch.n_layer, arch.n_head, arch.n_kv_head, arch.head_dim, arch.hidden, arch.context,
+                arch.params) == figures, name
+        assert (arch.window, arch.pattern, arch.mla, arch.vocab, arch.ffn, arch.family) == (
+            extra.get("window"), extra.get("pattern", "G"), extra.get("mla"), extra.get("vocab"), extra.get("ffn"),
+            extra.get("family")), name
+
+
+def test_facts_hold_their_sources_numbers():
+    assert {key: number for key, (number, _) in memory.FACTS.items()} == FACTS
+    assert all(len(source) > 20 for _, source in memory.FACTS.values())
 
 
 def test_every_entry_names_its_source_and_date():
@@ -17,21 +71,22 @@ def test_every_entry_names_its_source_and_date():
         assert len(arch.source) > 20 and arch.date[:2] in ("19", "20"), arch.name
 
 
-@pytest.mark.parametrize("name", list(KB))
+@pytest.mark.parametrize("name", [name for name in SOURCES if "window" not in EXTRAS.get(name, {})])
 def test_bytes_per_token_by_hand(name):
-    assert memory.kv_bytes(memory.CATALOGUE[name], 1) == KB[name]
-    assert memory.kv_bytes(memory.CATALOGUE[name], 1000, batch=3) == 3000 * KB[name]
+    assert memory.kv_bytes(memory.CATALOGUE[name], 1) == bytes_per_token(name)
+    assert memory.kv_bytes(memory.CATALOGUE[name], 1000, batch=3) == 3000 * bytes_per_token(name)
     for context, batch in ((-5, 1), (1.5, 1), (10, 0), (10, -2)):
         with pytest.raises(KVLibError, match="a (context|batch) .* must be a whole number"):
             memory.kv_bytes(memory.CATALOGUE[name], context, batch)
 
 
 def test_sliding_windows_bound_only_their_layers():
-    gemma = memory.CATALOGUE["Gemma-2-9B"]  # 21 local layers (window 4,096) alternating with 21 global ones
-    per_layer_token = 2 * 8 * 256 * 2
-    assert memory.kv_bytes(gemma, 8192) == 21 * 4096 * per_layer_token + 21 * 8192 * per_layer_token
+    layers, _, kv_heads, head_dim, *_ = SOURCES["Gemma-2-9B"]
+    per_layer_token, window = 2 * kv_heads * head_dim * BF16, EXTRAS["Gemma-2-9B"]["window"]
+    # local layers (the window) alternate with global ones (all 8,192 tokens): 21 of each
+    assert memory.kv_bytes(memory.CATALOGUE["Gemma-2-9B"], 8192) == layers // 2 * (window + 8192) * per_layer_token
     mistral = memory.CATALOGUE["Mistral-7B-v0.1"]  # every layer windowed: the cache stops growing
-    window = 2 * 32 * 8 * 128 * 2 * 4096  # 536,870,912 bytes: 32 layers of 8 K/V heads x 128, 4,096 tokens
+    window = bytes_per_token("Mistral-7B-v0.1") * EXTRAS["Mistral-7B-v0.1"]["window"]  # 536,870,912 bytes
     assert memory.kv_bytes(mistral, 4096) == memory.kv_bytes(mistral, 10**6) == window
     assert memory.crossover_context(mistral) is None
 
@@ -44,20 +99,23 @@ def test_formula_equals_real_tensors(request, fixture, name):
     model.forward(list(range(37)), cache=cache)
     assert cache.nbytes == memory.kv_bytes(arch, 37, bytes_per_number=4)
     assert sum(layer.nbytes for layer in cache.layers[:1]) == memory.kv_bytes_per_layer(arch, 37, 4)[0]
-    if name:
-        assert memory.kv_bytes(memory.CATALOGUE[name], 37) == memory.kv_bytes(arch, 37)
+    if name:  # the live model has its source's shape, and its cache the bytes worked out from it
+        c = model.config
+        assert (c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.n_embd) == SOURCES[name][:5]
+        assert memory.kv_bytes(memory.CATALOGUE[name], 37) == memory.kv_bytes(arch, 37) == 37 * bytes_per_token(name)
 
 
 def test_crossover_is_where_the_cache_outweighs_the_weights():
     arch = memory.CATALOGUE["Llama-3-8B"]
     # 16 GB of bf16 weights / 131,072 bytes per token = 122,070.3 tokens; 8 sequences: 15,258.8 tokens each
+    assert bytes_per_token("Llama-3-8B") == 131_072
     assert memory.crossover_context(arch) == 122_071 and memory.crossover_context(arch, batch=8) == 15_259
 
 
 def test_classic_mistakes():
     wrong = memory.mistakes(memory.CATALOGUE["Llama-3-8B"], 8192)
     (bad, right), = wrong.values()
-    assert right == 131072 * 8192 and bad == 4 * right  # GQA ignored (32 K/V heads, not 8): a 4x overestimate
+    assert right == bytes_per_token("Llama-3-8B") * 8192 and bad == 4 * right  # GQA ignored: 32 K/V heads, not 8
     gemma = memory.mistakes(memory.CATALOGUE["Gemma-2-9B"], 8192)
     bad, right = gemma["head_dim taken as hidden / heads"]
     assert bad / right == pytest.approx((3584 // 16) / 256)
@@ -66,21 +124,27 @@ def test_classic_mistakes():
 
 
 def test_what_deepseeks_93_percent_compares():
+    """The report's 93.3 % compares its deployed cache (about 6 bits a number) with DeepSeek 67B's in bf16;
+    bf16 against bf16 the cut is 82.2 %: 1 - 576 x 60 / (2 x 8 x 128 x 95), and 1 - 576 x 60 x 6/8 / (that x 2)."""
     v2, base = memory.CATALOGUE["DeepSeek-V2"], memory.CATALOGUE["DeepSeek-67B"]
     bf16 = 1 - memory.kv_bytes(v2, 1) / memory.kv_bytes(base, 1)
-    six_bits = 1 - memory.kv_bytes(v2, 1, bytes_per_number=6 / 8) / memory.kv_bytes(base, 1)
-    assert round(bf16, 3) == 0.822 and round(six_bits, 3) == memory.FACTS["deepseek_v2_kv_reduction"][0]
+    deployed = FACTS["deepseek_v2_deployed_kv_bits"] / 8  # bytes a number
+    six_bits = 1 - memory.kv_bytes(v2, 1, bytes_per_number=deployed) / memory.kv_bytes(base, 1)
+    assert round(bf16, 3) == 0.822 and round(six_bits, 3) == FACTS["deepseek_v2_kv_reduction"]
 
 
 def test_deepseek_v3_weights_are_counted_as_shipped_in_fp8():
     v3 = memory.CATALOGUE["DeepSeek-V3"]
-    per_param, source = memory.FACTS["deepseek_v3_weight_bytes"]
-    assert per_param == 1 and memory.all_weight_bytes(v3, per_param) == 671e9  # 671 GB, half the bf16 count
+    assert memory.all_weight_bytes(v3, FACTS["deepseek_v3_weight_bytes"]) == 671e9  # 671 GB, half the bf16 count
+    source = memory.FACTS["deepseek_v3_weight_bytes"][1]
     assert "FP8" in source and "2024-12-26" in source and "FP8" in v3.note
 
 
 def test_only_entries_that_give_a_vocabulary_and_feed_forward_become_configs():
     c = memory.as_config(memory.CATALOGUE["GPT-2 XL"])
-    assert (c.n_layer, c.n_head, c.n_embd, c.n_inner, c.vocab_size, c.arch) == (48, 25, 1600, 6400, 50257, "gpt2")
+    layers, heads, _, _, hidden, *_ = SOURCES["GPT-2 XL"]
+    xl = EXTRAS["GPT-2 XL"]
+    assert (c.n_layer, c.n_head, c.n_embd, c.n_inner, c.vocab_size, c.arch) == (
+        layers, heads, hidden, xl["ffn"], xl["vocab"], xl["family"])
     with pytest.raises(KVLibError, match="pick one of GPT-2 small"):
         memory.as_config(memory.CATALOGUE["Llama-3-8B"])
