@@ -7,14 +7,19 @@ import kvlib
 from kvlib import attention, memory
 
 
-def test_explain_equals_the_trace(tiny):
+def test_explain_equals_the_trace_and_transformers_weights(tiny, hf_tiny):
     trace = kvlib.Trace()
-    tiny.forward(tiny.encode("Mary had a little lamb"), trace=trace)
+    ids = tiny.encode("Mary had a little lamb")
+    tiny.forward(ids, trace=trace)
+    with torch.no_grad():  # [layers] of [1, heads, T, T]: transformers' own attention weights
+        weights = hf_tiny[0](torch.tensor([ids]), output_attentions=True).attentions
     for layer, head in [(0, 0), (2, 3), (3, 1)]:
         steps = attention.explain(tiny, "Mary had a little lamb", layer, head)
         t = trace.layers[layer]
+        # not logits: one head's numbers computed again by the same sums, rounded alike; weights lie in [0, 1]
         for mine, theirs in [(steps.Q, t.q[head]), (steps.K, t.k[head]), (steps.V, t.v[head]),
-                             (steps.masked, t.scores[head]), (steps.weights, t.weights[head]), (steps.out, t.out[head])]:
+                             (steps.masked, t.scores[head]), (steps.weights, t.weights[head]), (steps.out, t.out[head]),
+                             (steps.weights, weights[layer][0, head])]:
             assert torch.allclose(mine, theirs, atol=1e-5)
         T = len(steps.tokens)
         assert torch.isneginf(steps.masked[torch.ones(T, T, dtype=torch.bool).triu(1)]).all()

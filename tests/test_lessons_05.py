@@ -11,6 +11,9 @@ from matplotlib.figure import Figure
 from kvlib import KVLibError, cache_evidence, exercises, memory, plots, widgets
 from kvlib.models import Config
 
+from bounds import assert_logits_close, hf_logits, logit_bound
+from conftest import hf_model
+
 GPT2_SMALL = Config(12, 12, 768, 1024, 50257)
 
 
@@ -25,7 +28,7 @@ def test_old_rows_never_change_when_a_token_is_added(model):
     assert set(change) == {"q", "k", "v", "out", "resid"}
     for part, per_layer in change.items():
         assert len(per_layer) == model.config.n_layer
-        assert max(per_layer) < 1e-5, part
+        assert max(per_layer) < 1e-5, part  # not logits: the same rows, from a pass one token longer
 
 
 def test_old_rows_change_would_see_a_change(tiny, monkeypatch):
@@ -66,12 +69,17 @@ def test_noisy_row_changes_one_row_of_a_copy(tiny):
         cache_evidence.noisy_row(cache, "K", 0, 4, 1.0)
 
 
-def test_swapping_both_rows_is_reading_the_other_prompt(model):
+@pytest.mark.parametrize("name", ["tiny", "small_llama"])
+def test_swapping_both_rows_is_reading_the_other_prompt(request, name):
+    model, hf = request.getfixturevalue(name), hf_model(request, name)
     runs = cache_evidence.swap_effects(model, [5, 17, 99], [5, 17, 300], [8, 9])
     assert set(runs) == {"none", "K", "V", "K and V", "other"}
-    assert (runs["K and V"] - runs["other"]).abs().max() < 1e-4  # the cache is all the step knows of the past
-    assert (runs["none"] - model.forward([5, 17, 99, 8, 9])[-1]).abs().max() < 1e-4
-    assert (runs["K"] - runs["none"]).abs().max() > 1e-4 and (runs["V"] - runs["none"]).abs().max() > 1e-4
+    mine, theirs = hf_logits(hf, [5, 17, 99, 8, 9])[-1], hf_logits(hf, [5, 17, 300, 8, 9])[-1]  # transformers'
+    assert_logits_close(runs["none"], mine, model)
+    assert_logits_close(runs["other"], theirs, model)
+    assert_logits_close(runs["K and V"], theirs, model)  # the cache is all the step knows of the past
+    for part in ("K", "V"):  # either alone changes the answer by far more than rounding
+        assert (runs[part] - mine).abs().max() > 10 * logit_bound(model, mine), part
     with pytest.raises(KVLibError, match="as many tokens"):
         cache_evidence.swap_effects(model, [5, 17], [5, 17, 300], [8])
 
@@ -93,20 +101,22 @@ def test_kl_divergence():
     assert cache_evidence.kl_divergence(a, b + 5) == pytest.approx((p * (p / q).log()).sum().item(), abs=1e-6)
 
 
-def given_or_gathered(model, ids, new_id, layers):
+def given_or_gathered(model, hf, ids, new_id, layers):  # -> how far each run is from the uncached one, the runs
     runs = cache_evidence.gathered_instead_of_given(model, ids, new_id, layers)
     assert set(runs) == {"uncached", "K and V", "K and O"}
-    assert (runs["uncached"] - model.forward(model.check_ids(ids).tolist() + [new_id])[-1]).abs().max() == 0
+    plain = hf_logits(hf, model.check_ids(ids).tolist() + [new_id])[-1]  # transformers' uncached pass
+    assert_logits_close(runs["uncached"], plain, model)
+    assert_logits_close(runs["K and V"], plain, model)  # the cache as it is: what each token gives
     return {label: (logits - runs["uncached"]).abs().max().item() for label, logits in runs.items()}, runs
 
 
 @pytest.mark.parametrize("name", ["tiny", "small_llama"])
 def test_what_a_token_gathered_cannot_stand_for_what_it_gives(request, name):
-    model = request.getfixturevalue(name)
+    model, hf = request.getfixturevalue(name), hf_model(request, name)
     ids = [5, 17, 99, 3, 42]
     for layer in range(model.config.n_layer):
-        off, _ = given_or_gathered(model, ids, 11, [layer])
-        assert off["K and V"] < 1e-4 and off["K and O"] > 1e-2, (layer, off)
+        off, _ = given_or_gathered(model, hf, ids, 11, [layer])
+        assert off["K and O"] > 1e-2, (layer, off)  # 0.14 at least, on both models
     with pytest.raises(KVLibError, match="layers 0.."):
         cache_evidence.gathered_instead_of_given(model, ids, 11, [model.config.n_layer])
 
@@ -127,12 +137,12 @@ def test_gathered_replaces_values_in_the_named_layers_only(tiny, monkeypatch):
         assert (changed[1:].min() > 1e-3) if layer in (1, 3) else (changed.max() == 0), layer
 
 
-def test_smollm2_needs_what_each_token_gives(smollm2):
+def test_smollm2_needs_what_each_token_gives(smollm2, smollm2_hf):
     france, fed = smollm2.encode("The capital of France"), smollm2.encode(" is")[0]
-    off, runs = given_or_gathered(smollm2, france, fed, [20])
+    off, runs = given_or_gathered(smollm2, smollm2_hf, france, fed, [20])
     word = lambda logits: smollm2.decode([int(logits.argmax())])
-    assert off["K and V"] < 1e-4 and off["K and O"] > 1e-2 and word(runs["K and V"]) == " Paris"
-    off, runs = given_or_gathered(smollm2, france, fed, range(smollm2.config.n_layer))
+    assert off["K and O"] > 1e-2 and word(runs["K and V"]) == " Paris"
+    off, runs = given_or_gathered(smollm2, smollm2_hf, france, fed, range(smollm2.config.n_layer))
     assert cache_evidence.kl_divergence(runs["uncached"], runs["K and O"]) > 1 and word(runs["K and O"]) != " Paris"
 
 
