@@ -1,6 +1,8 @@
 import atexit
 import os
+import platform
 import shutil
+import subprocess
 import tempfile
 
 # Hermetic: the suite gets an empty Hugging Face cache of its own, set before anything imports huggingface_hub
@@ -130,14 +132,71 @@ def hf_greedy(hf, ids, n, stop_at_eos=True):
     return out[0, len(ids):].tolist()
 
 
-SLOW_FIXTURES = {"smollm2", "smollm2_hf", "random_gpt2"}
+SLOW_FIXTURES = {"smollm2", "smollm2_hf", "random_gpt2", "hf_random_gpt2"}
 
 
 def pytest_collection_modifyitems(items):
     """`make check` leaves out tests marked slow: every test on SmolLM2 or GPT-2 small's shape (a load,
-    then work at their size) and every exercise on SmolLM2, besides those marked by hand (subprocesses,
-    notebooks, the browser, long streams)."""
+    then work at their size), whether it names the fixture or takes its name as a parameter (and then calls
+    `request.getfixturevalue`), and every exercise on SmolLM2, besides those marked by hand (subprocesses,
+    notebooks, the browser, long streams). `marked_as_it_runs` checks the marks against what each test did."""
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if SLOW_FIXTURES & set(item.fixturenames) or getattr(params.get("ex"), "uses", ()):
+        named = set(item.fixturenames) | {v for v in params.values() if isinstance(v, str)}
+        if SLOW_FIXTURES & named or getattr(params.get("ex"), "uses", ()):
             item.add_marker(pytest.mark.slow)
+
+
+platform.platform()  # asks `uname -p` once and keeps it: a test that names the platform starts no process
+
+
+def big(config):  # SmolLM2 (30 x 576^2) and GPT-2 small (12 x 768^2) are; tiny (4 x 256^2) is not
+    return config.n_layer * config.n_embd ** 2 > 10 ** 6
+
+
+@pytest.fixture(autouse=True)
+def marked_as_it_runs(request, monkeypatch):
+    """The slow mark tells the truth: a test without it that starts a process or builds a big model, or
+    uses one of SLOW_FIXTURES however it got it, fails at teardown and says to mark it (`make check`, which
+    leaves slow tests out, stays fast and free of them)."""
+    did = []
+    start, build = subprocess.Popen.__init__, models.Model.__init__
+
+    def starting(self, args, *a, **kw):
+        did.append(f"started a process ({args if isinstance(args, str) else ' '.join(map(str, args))[:80]})")
+        start(self, args, *a, **kw)
+
+    def building(self, name, params, config, *a, **kw):
+        if big(config):
+            did.append(f"built {name}")
+        build(self, name, params, config, *a, **kw)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", starting)
+    monkeypatch.setattr(models.Model, "__init__", building)
+    yield
+    did += [f"used the {name} fixture" for name in sorted(SLOW_FIXTURES & set(request.fixturenames))]
+    if did and request.node.get_closest_marker("slow") is None:
+        pytest.fail(f"{request.node.nodeid} {', '.join(did)}: mark it @pytest.mark.slow (make check leaves those out)",
+                    pytrace=False)
+
+
+UNWARNED_S = 15  # a cell past this without a ⏱ before it is named in the table, for a person to judge
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The notebooks' slowest cells as nbclient ran them (test_notebooks.py): measured on every run and
+    reported here, never asserted, because a cell's time is the machine's. A slow cell with no ⏱ warning
+    before it is named, for whoever edits the notebook to tag and warn of it."""
+    rows = [tuple(row) for reports in terminalreporter.stats.values() for r in reports
+            if getattr(r, "when", None) == "call"
+            for name, value in getattr(r, "user_properties", ()) if name == "cell_times" for row in value]
+    if not rows:
+        return
+    rows.sort(key=lambda row: -row[2])
+    write = terminalreporter.write_line
+    terminalreporter.section("notebook cells by time (SmolLM2 as the default; measured here, not asserted)")
+    for notebook, first_line, seconds, tagged in rows[:12]:
+        write(f"{seconds:7.1f} s  {'⏱' if tagged else ' '}  {notebook}  {first_line}")
+    write(f"all {len(rows)} cells: {sum(row[2] for row in rows):.0f} s")
+    for notebook, first_line, seconds, _ in [row for row in rows if row[2] > UNWARNED_S and not row[3]]:
+        write(f"no ⏱ before a cell that took {seconds:.0f} s here: {notebook}  {first_line}")
