@@ -188,7 +188,7 @@ def main():
     phases = []
     if args.step == "install" or (args.step != "models" and not up_to_date()):
         timed(phases, "set-up: .venv and its packages", lambda: install(args.torch, args.torch_index))
-    if args.step in ("setup", "models", "lab", "check"):  # test fetches it beside the engine's build
+    if args.step in ("setup", "models", "lab"):  # test fetches it beside the engine's build; check runs no SmolLM2
         timed(phases, "set-up: SmolLM2", models)
     if args.step == "engine":
         engine()
