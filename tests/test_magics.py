@@ -35,9 +35,7 @@ def test_a_failing_cell_still_fails(smollm2, tmp_path):
         execute(["import kvlib", "%%needs smollm2\n1 / 0"], tmp_path)
 
 
-ENGINE_pytestmark = pytest.mark.slow  # each test starts a kernel
-
-CELLS = ["import kvlib", "%%needs smollm2 engine\nfrom kvlib import engine\ny = engine.Engine().command()[0]\n'ok'",
+ENGINE_CELLS = ["import kvlib", "%%needs smollm2 engine\nfrom kvlib import engine\ny = engine.Engine().command()[0]\n'ok'",
                 "print('after', globals().get('y') is not None)"]
 
 
