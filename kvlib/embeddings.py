@@ -116,9 +116,11 @@ def neighbours(model, word, k=8):  # -> [(token text, cosine similarity)]
     return [(model.decode([i]), round(sims[i].item(), 3)) for i in top if i != token][:k]
 
 
-# published widths (n_embd) of models kvlib does not load, labelled with the year of their source
+# published widths (n_embd) of models kvlib does not load, labelled with the year of their source; the widest,
+# Llama-3.1-405B, gives each token 16,384 numbers: real models' tokens are thousands of numbers wide
 PUBLISHED_WIDTHS = {f"{a.name} ({a.date[:4]})": a.hidden
-                    for a in map(memory.CATALOGUE.get, ("GPT-2 small", "GPT-2 XL", "Llama-3-8B", "Llama-3-70B"))}
+                    for a in map(memory.CATALOGUE.get, ("GPT-2 small", "GPT-2 XL", "Llama-3-8B", "Llama-3-70B",
+                                                        "Llama-3.1-405B"))}
 
 
 def widths(models):  # -> {name: dims}: the loaded models' own n_embd, then the published ones

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import kvlib
-from kvlib import attention, embeddings, plots
+from kvlib import attention, embeddings, memory, plots
 from test_views_maps import pca_by_hand, separation_by_hand
 
 
@@ -68,6 +68,8 @@ def test_widths_put_loaded_models_before_published_ones(tiny, random_gpt2):
     assert list(dims)[:2] == ["tiny", "random-gpt2"] and dims["tiny"] == 256
     assert dims["random-gpt2"] == dims["GPT-2 small (2019)"] == 768
     assert dims["Llama-3-70B (2024)"] == 8192
+    widest = max(dims, key=dims.get)  # the essay's point: real models' tokens are thousands of numbers wide
+    assert widest == "Llama-3.1-405B (2024)" and dims[widest] == memory.CATALOGUE["Llama-3.1-405B"].hidden > 10_000
 
 
 def test_top_next_gives_the_models_probabilities_and_fills_a_trace(tiny):
@@ -152,12 +154,19 @@ def test_word_or_place_sorts_heads_by_where_the_last_token_looks():
     assert kinds == {"word": [(0, 0)], "place": [(0, 1)], "both": [(0, 2)], "first": [(0, 3)], "neither": [(0, 4)]}
 
 
-def test_some_smollm2_heads_follow_had_when_words_come_between(smollm2):
+def test_hardest_look_finds_the_head_whose_last_token_weighs_a_position_most():
+    # layer 0: heads give position 1 weights 0.5 and 0.7; layer 1: 0.8 and 0.1
+    trace = _Trace([[0.5, 0.5, 0.0], [0.2, 0.7, 0.1]], [[0.1, 0.8, 0.1], [0.9, 0.1, 0.0]])
+    assert attention.hardest_look(trace, 1) == (1, 0, pytest.approx(0.8))
+    assert attention.hardest_look(trace, 0)[:2] == (1, 1)
+
+
+def test_some_smollm2_heads_follow_king_when_words_come_between(smollm2):
     runs = []
-    for text in ("Mary had a little", "Mary had, as you may know, a little"):
+    for text in ("The king is dead, long live the", "The king, as you may know, is dead, long live the"):
         trace = kvlib.Trace()
         smollm2.forward(smollm2.encode(text), trace=trace)
         runs.append((trace, [smollm2.decode([i]) for i in smollm2.encode(text)]))
     kinds = attention.word_or_place(*runs)
     assert sum(map(len, kinds.values())) == smollm2.config.n_layer * smollm2.config.n_head
-    assert (10, 1) in kinds["word"] and kinds["place"] and len(kinds["first"]) > len(kinds["word"])
+    assert (23, 0) in kinds["word"] and len(kinds["first"]) > len(kinds["word"])  # the head looking hardest at ' king'

@@ -15,7 +15,8 @@ def will_tokens(model):
     return len(tokenization.gpt2().encode("Will will"))
 
 
-@exercise("02.space_same_id", hint="Compare the ids of 'will' and ' will' in the table above.",
+@exercise("02.space_same_id", hint="Type 'will', then ' will' (a space first), into the app above, and compare "
+                                    "the ids in the GPT-2 row.",
           explain="{answer}: the space is part of the chunk, so ' will' and 'will' are different entries in "
                   "the vocabulary, with different ids.")
 def space_same_id(model):
