@@ -7,6 +7,11 @@ biases b; a Llama-family model has none, and turns Q and K by their positions (R
 before the scores, and its query head h reads K/V head h // (n_head // n_kv_head). `explain`
 returns every intermediate (as minGPT's `encode_and_show_work` does), taking E from
 a Trace of the real forward pass so the numbers are the model's own.
+
+`toy_prefill` runs the same steps first on a toy head, as the seed essay (Sam Rose, "Prompt
+caching: 10x cheaper LLM tokens, but how?", ngrok's blog, 2025) walks a prefill: 4 tokens of 3
+made-up numbers, W_Q, W_K, W_V of 3 × 2 small integers, so every product can be done with a
+pencil; `show` and `worked` write its matrices and sums as text (they compute; views draw).
 """
 
 import math
@@ -15,6 +20,7 @@ from typing import NamedTuple
 
 import torch
 
+from .errors import KVLibError
 from .kv_cache import causal_mask
 from .llama import rope_angles, rotate
 from .trace import Trace
@@ -64,22 +70,106 @@ def head_weights(model, layer, head):  # -> HeadWeights
     return HeadWeights(*model.family.head_weights(model.params["h"][layer], model.config, head))
 
 
+def head_steps(tokens, E, WQ, bQ, WK, bK, WV, bV, turn=None):  # E [T, C], W [C, hs], b [hs] -> HeadSteps
+    """One head's prefill, every step kept: the toy's and a real layer's alike (`turn`: RoPE, on Q and K)."""
+    Q, K, V = E @ WQ + bQ, E @ WK + bK, E @ WV + bV  # [T, hs]
+    if turn is not None:
+        Q, K = turn(Q), turn(K)
+    scores = Q @ K.T / math.sqrt(Q.shape[-1])  # [T, hs]·[hs, T] = [T, T]
+    pos = torch.arange(len(tokens), device=scores.device)
+    masked = scores + causal_mask(pos, pos).to(scores.dtype)  # -inf above the diagonal
+    weights = torch.softmax(masked, dim=-1)
+    return HeadSteps(list(tokens), E, WQ, WK, WV, bQ, bK, bV, Q, K, V, scores, masked, weights, weights @ V)
+
+
 def explain(model, text, layer=0, head=0):
     ids = model.check_ids(text)
     trace = Trace()
     model.forward(ids, trace=trace)
-    E = trace.layers[layer].x  # [T, C]
-    WQ, bQ, WK, bK, WV, bV = head_weights(model, layer, head)
-    Q, K, V = E @ WQ + bQ, E @ WK + bK, E @ WV + bV  # [T, hs]
+    turn = None
     if model.family.position_table is None:  # no position table: position enters by turning Q and K (RoPE)
         cos, sin = rope_angles(torch.arange(len(ids), device=ids.device), model.config.head_dim, model.config.rope_theta)
-        Q, K = rotate(Q, cos, sin), rotate(K, cos, sin)
-    scores = Q @ K.T / math.sqrt(Q.shape[-1])  # [T, T]
-    pos = torch.arange(len(ids), device=scores.device)
-    masked = scores + causal_mask(pos, pos)  # -inf above the diagonal
-    weights = torch.softmax(masked, dim=-1)
+        turn = lambda x: rotate(x, cos, sin)
     tokens = [model.decode([i]) for i in ids.tolist()]
-    return HeadSteps(tokens, E, WQ, WK, WV, bQ, bK, bV, Q, K, V, scores, masked, weights, weights @ V)
+    return head_steps(tokens, trace.layers[layer].x, *head_weights(model, layer, head), turn=turn)
+
+
+# the toy head: 4 tokens of 3 numbers, each weight matrix 3 x 2 (made up: small integers, no biases)
+TOY_TOKENS = ["The", " king", " is", " dead"]
+TOY_E = [[1, 0, 1], [0, 2, 1], [1, 1, 0], [0, 1, 2]]  # [T, C] = [4, 3]
+TOY_W = {"Q": [[0, 1], [-1, 0], [0, 0]], "K": [[1, 1], [-1, 0], [1, 1]], "V": [[1, 1], [1, 1], [1, -1]]}  # [C, hs]
+
+
+def toy_prefill():  # -> HeadSteps of the toy head over TOY_TOKENS
+    E = torch.tensor(TOY_E, dtype=torch.float64)
+    (WQ, WK, WV), zero = (torch.tensor(TOY_W[p], dtype=torch.float64) for p in "QKV"), torch.zeros(2, dtype=torch.float64)
+    return head_steps(TOY_TOKENS, E, WQ, zero, WK, zero, WV, zero)
+
+
+# the token after the toy prompt and its 3 numbers: notebook 5 feeds it as one cached step
+TOY_NEXT, TOY_NEXT_E = ",", [1, 1, 1]
+
+
+def toy_cached_step():  # -> tokens, q [1, hs], K [5, hs], V [5, hs]: the prefill's K and V kept, one row added
+    steps = toy_prefill()
+    e = torch.tensor([TOY_NEXT_E], dtype=torch.float64)  # [1, C]
+    return ([*steps.tokens, TOY_NEXT], e @ steps.WQ,
+            torch.cat([steps.K, e @ steps.WK]), torch.cat([steps.V, e @ steps.WV]))
+
+
+def _num(x, digits):  # one number as the toy prints it: whole numbers bare, -inf as −∞
+    x = float(x)
+    return "−∞" if x == float("-inf") else f"{x:.{digits}f}" if digits else f"{x:.0f}"
+
+
+def _shape(m):
+    return f"[{m.shape[0]} × {m.shape[1]}]"
+
+
+def _block(title, m, rows, cols, digits):  # -> lines: a title, column labels if any, one labelled line per row
+    cells = [[_num(x, digits) for x in row] for row in m.tolist()]
+    heads = cols or [""] * m.shape[1]
+    width = max(len(c) for c in [*heads, *(c for row in cells for c in row)])
+    label = max(len(r) for r in rows)
+    lines = [title]
+    if cols:
+        lines.append(" " * label + " " + " ".join(h.rjust(width) for h in heads))
+    lines += [r.rjust(label) + " " + " ".join(c.rjust(width) for c in row) for r, row in zip(rows, cells)]
+    return lines
+
+
+def show(steps, *names, gap=5):  # toy HeadSteps, part names -> text: the parts side by side, titled with their shapes
+    """Parts: E, WQ, WK, WV, Q, K, V, KT (K turned on its side), scores, masked, weights, out."""
+    t = [repr(x) for x in steps.tokens]
+    dims = [f"#{j + 1}" for j in range(steps.WQ.shape[1])]  # a head's numbers, where Kᵀ has them as rows
+    weight = lambda W, p: (f"W_{p} {_shape(W)}", W, [""] * W.shape[0], None, 0)
+    made = lambda p: (f"{p} = E·W_{p} {_shape(steps.Q)}", getattr(steps, p), t, None, 0)
+    hs = steps.Q.shape[1]
+    parts = {
+        "E": (f"E {_shape(steps.E)}", steps.E, t, None, 0),
+        "WQ": weight(steps.WQ, "Q"), "WK": weight(steps.WK, "K"), "WV": weight(steps.WV, "V"),
+        "Q": made("Q"), "K": made("K"), "V": made("V"),
+        "KT": (f"Kᵀ {_shape(steps.K.T)}", steps.K.T, dims, t, 0),
+        "scores": (f"scores = Q·Kᵀ / √{hs} {_shape(steps.scores)}", steps.scores, t, t, 2),
+        "masked": ("masked: −∞ above the diagonal", steps.masked, t, t, 2),
+        "weights": ("weights = softmax of each row", steps.weights, t, t, 2),
+        "out": (f"out = weights·V {_shape(steps.out)}", steps.out, t, None, 2),
+    }
+    unknown = [n for n in names if n not in parts]
+    if unknown or not names:
+        raise KVLibError(f"show takes parts among {', '.join(parts)}; got {names!r}")
+    blocks = [_block(*parts[n]) for n in names]
+    height, widths = max(map(len, blocks)), [max(map(len, b)) for b in blocks]
+    lines = [(" " * gap).join(b[i].ljust(w) if i < len(b) else " " * w for b, w in zip(blocks, widths)).rstrip()
+             for i in range(height)]
+    return "\n".join(lines)
+
+
+def worked(A, B, i, j, digits=0):  # -> "a×b + c×d + ... = x": entry (i, j) of A·B, every product written out
+    a, b = A[i].tolist(), B[:, j].tolist()
+    factor = lambda x, d: f"({_num(x, d)})" if x < 0 else _num(x, d)
+    total = sum(x * y for x, y in zip(a, b))
+    return " + ".join(f"{factor(x, digits)}×{factor(y, 0)}" for x, y in zip(a, b)) + f" = {_num(total, 2 if digits else 0)}"
 
 
 def top_next(model, text, k=5, trace=None):  # -> [Guess(token text, probability)] for the token after `text`
@@ -113,6 +203,19 @@ def word_or_place(before, after):  # two (trace, tokens) runs -> {kind: [(layer,
     return kinds
 
 
+class HeadPick(NamedTuple):  # one head, and the weight its last token puts on a position
+    layer: int
+    head: int
+    weight: float
+
+
+def hardest_look(trace, position):  # -> HeadPick: the head whose last token weighs `position` most, every layer
+    """Which head's last row puts the most weight on the token at `position` (e.g. the word it must copy)?"""
+    w = torch.stack([layer.weights[:, -1, position] for layer in trace.layers])  # [L, nh]
+    layer, head = divmod(int(w.argmax()), w.shape[1])
+    return HeadPick(layer, head, w[layer, head].item())
+
+
 def first_token_share(trace):  # -> [L, nh]: the mean weight each head gives the first token
     """Averaged over the queries after the first (the first token can only look at itself)."""
     return torch.stack([layer.weights[:, 1:, 0].mean(-1) for layer in trace.layers])
@@ -130,3 +233,11 @@ def kv_groups(model, layer):  # -> [[query heads]] per K/V head, found by compar
         first = next((g for g in groups if torch.equal(wk[g], w)), h)
         groups.setdefault(first, []).append(h)
     return list(groups.values())
+
+
+def worked_softmax(row, tokens, j):  # one row of masked scores -> "e^a + e^b ... = total; 'tok': e^x / total = w"
+    exps = [math.exp(x) for x in row.tolist()]
+    total = sum(exps)
+    shown = [f"e^{_num(x, 2)}" for x in row.tolist()]
+    return (" + ".join(shown) + " = " + " + ".join(_num(e, 2) for e in exps) + f" = {_num(total, 2)}; "
+            f"{tokens[j]!r} gets {_num(exps[j], 2)} / {_num(total, 2)} = {_num(exps[j] / total, 2)}")

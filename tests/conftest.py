@@ -200,3 +200,17 @@ def pytest_terminal_summary(terminalreporter):
     write(f"all {len(rows)} cells: {sum(row[2] for row in rows):.0f} s")
     for notebook, first_line, seconds, _ in [row for row in rows if row[2] > UNWARNED_S and not row[3]]:
         write(f"no ⏱ before a cell that took {seconds:.0f} s here: {notebook}  {first_line}")
+
+
+def toy_by_hand():
+    """The toy cached step worked by hand from notebook 4's toy numbers, as a learner with a pencil would:
+    each token's 3 numbers times W_K and W_V, the new one's times W_Q; scores over √2, softmax, weights · V."""
+    from kvlib.attention import TOY_E, TOY_NEXT_E, TOY_W
+
+    times = lambda e, W: [sum(e[c] * W[c][j] for c in range(3)) for j in range(2)]  # [3] @ [3, 2]
+    rows = [*TOY_E, TOY_NEXT_E]
+    q, K, V = times(TOY_NEXT_E, TOY_W["Q"]), [times(e, TOY_W["K"]) for e in rows], [times(e, TOY_W["V"]) for e in rows]
+    scores = [(q[0] * k[0] + q[1] * k[1]) / 2 ** 0.5 for k in K]
+    e = [2.718281828459045 ** s for s in scores]
+    weights = [x / sum(e) for x in e]
+    return q, K, V, scores, weights, [sum(w * v[j] for w, v in zip(weights, V)) for j in range(2)]

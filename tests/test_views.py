@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kvlib
-from conftest import hf_greedy
+from conftest import hf_greedy, toy_by_hand
 from kvlib import tokenization, views
 from kvlib.views import base
 
@@ -89,19 +89,14 @@ def test_matrix_view_is_the_tensor_rounded(name, request):
 
 
 def test_toy_step_is_the_arithmetic_a_learner_does_by_hand():
-    from kvlib.views.step import TOY
-
     step = views.DecodeStep.toy_step()
-    q, K, V = TOY["q"][0], TOY["K"], TOY["V"]  # the made-up numbers, worked here by hand
-    scores = [sum(a * b for a, b in zip(q, k)) / 2 for k in K]  # √4 = 2
-    e = [2.718281828459045 ** s for s in scores]
-    weights = [x / sum(e) for x in e]
-    out = [sum(w * v[j] for w, v in zip(weights, V)) for j in range(4)]
+    q, K, V, scores, weights, out = toy_by_hand()
+    assert q == [-1, 1] and K[-1] == [1, 2] and V[-1] == [3, 1]  # the new token's rows, by hand
     assert step.parts["q"] == [q] and step.parts["K"] == K and step.parts["V"] == V
     assert step.parts["scores"][0] == pytest.approx(scores, abs=1e-4)
     assert step.parts["weights"][0] == pytest.approx(weights, abs=1e-4)
     assert step.parts["out"][0] == pytest.approx(out, abs=1e-4)
-    assert step.parts["mask"] == [[0.0] * 4] and step.tokens[-1] == " little"
+    assert step.parts["mask"] == [[0.0] * 5] and step.tokens == ["The", " king", " is", " dead", ","]
 
 
 # kv: the K/V head query head `head` reads: tiny has one per query head; SmolLM2's 9 query heads share 3, 3 each

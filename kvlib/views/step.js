@@ -15,25 +15,31 @@ function render({ model, el }) {
     return a.length > 4 ? `${shown} + … (${a.length} products)` : shown;
   };
   const col = (m, j) => m.map((r) => r[j]);
-  const say = {
-    q: () => `The new token ${me} is fed alone. Its query q is one row of ${hs} numbers: what it is looking for.`,
-    K: () => `Its key is appended to the ${S - 1} cached keys (▶ marks the new row). K is now ${S} × ${hs}; ` +
-             `the older rows were read from the cache, not recomputed.`,
+  const whole = model.get("prefill");  // the last row of a prefill: no cache yet, every row computed at once
+  const say = whole ? {
+    q: () => `The last token ${me}'s query q: its row of Q, ${hs} numbers.`,
+    K: () => `K: every token's key, ${S} × ${hs}, the last token's own included (▶).`,
+    V: () => `V: every token's value, ${S} × ${hs} (▶ the last token's).`,
+  } : {};
+  Object.assign(say, {
+    q: say.q || (() => `The new token ${me} is fed alone. Its query q is one row of ${hs} numbers: what it is looking for.`),
+    K: say.K || (() => `Its key is appended to the ${S - 1} cached keys (▶ marks the new row). K is now ${S} × ${hs}; ` +
+             `the older rows were read from the cache, not recomputed.`),
     scores: () => `One score per token: q · (its row of K) / √${hs}. For ${KV.quoted(tokens[0])}: ` +
                   `(${terms(P.q[0], P.K[0])}) / ${n(Math.sqrt(hs))} = ${n(P.scores[0][0])}.`,
-    mask: () => `Nothing to hide: ${me} is the newest token, so every token in the cache is earlier (or itself). ` +
-                `The mask adds 0 to all ${S} scores; −∞ would hide a later token, and there is none yet.`,
+    mask: () => `Nothing to hide: ${me} is the newest token, so every token ${whole ? "" : "in the cache "}is earlier ` +
+                `(or itself). The mask adds 0 to all ${S} scores; −∞ would hide a later token, and there is none yet.`,
     weights: () => {
       const e = P.scores[0].map(Math.exp), total = e.reduce((a, b) => a + b, 0);
       return `softmax turns scores into weights that sum to 1: e^score / (sum of all e^score). For ` +
              `${KV.quoted(tokens[0])}: e^${n(P.scores[0][0])} / ${n(total)} = ${n(P.weights[0][0])}.`;
     },
-    V: () => `Its value is appended to the ${S - 1} cached values (▶): V is ${S} × ${hs}. Values are what each token gives.`,
+    V: say.V || (() => `Its value is appended to the ${S - 1} cached values (▶): V is ${S} × ${hs}. Values are what each token gives.`),
     out: () => `The output mixes V's rows by the weights. Its first number: ${terms(P.weights[0], col(P.V, 0))} = ` +
-               `${n(P.out[0][0])}. One row of ${hs}, the only new row of this head's output.`,
-  };
-  const names = { q: "q", K: "K (cache + new row)", scores: `scores = q·Kᵀ / √${hs}`, mask: "mask", weights: "weights = softmax",
-                  V: "V (cache + new row)", out: "out = weights · V" };
+               `${n(P.out[0][0])}. One row of ${hs}, the ${whole ? "last" : "only new"} row of this head's output.`,
+  });
+  const names = { q: "q", K: whole ? "K" : "K (cache + new row)", scores: `scores = q·Kᵀ / √${hs}`, mask: "mask",
+                  weights: "weights = softmax", V: whole ? "V" : "V (cache + new row)", out: "out = weights · V" };
   const rowOf = { q: [tokens[S - 1]], scores: [tokens[S - 1]], mask: [tokens[S - 1]], weights: [tokens[S - 1]], out: [tokens[S - 1]] };
   let at = 0;
   const back = KV.button("◀ Back", () => show(at - 1)), next = KV.button("Next ▶", () => show(at + 1));

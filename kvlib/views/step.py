@@ -2,8 +2,8 @@
 
 Part by part: the new token's q row; K with its new row appended; the one row of scores
 (q · Kᵀ / √head size); the mask (nothing to hide: the newest token may look at every earlier
-one); softmax; V with its new row; the one output row (weights · V). `toy_step()` uses small
-made-up numbers (4 tokens, head size 4, so √4 = 2) that a learner can multiply by hand;
+one); softmax; V with its new row; the one output row (weights · V). `toy_step()` continues
+notebook 4's toy head (small whole numbers a learner can multiply by hand) by one token;
 `of(model, ...)` the same step on a real head of the loaded model, with its live numbers."""
 
 import math
@@ -12,19 +12,12 @@ import reprlib
 import torch
 import traitlets as T
 
+from ..attention import toy_cached_step
 from ..cache_evidence import cached_step
 from ..errors import KVLibError
 from .base import View, check_model, layer_head, link_for, module, numbers, prompt_ids, rounded
 
 PARTS = ["q", "K", "scores", "mask", "weights", "V", "out"]
-TOY_TOKENS = ["Mary", " had", " a", " little"]
-TOY = {  # one decimal each, so every product is easy by hand
-    "q": [[0.4, -0.2, 0.6, 0.2]],
-    "K": [[0.5, 0.1, 0.8, -0.3], [-0.2, 0.4, 0.1, 0.6], [0.1, -0.5, 0.3, 0.2], [0.6, 0.2, 0.9, 0.1]],
-    "V": [[0.9, -0.1, 0.2, 0.4], [0.1, 0.8, -0.3, 0.2], [-0.4, 0.3, 0.6, 0.1], [0.3, 0.5, 0.7, -0.2]],
-}
-
-
 def attend(q, K, V):  # q [1, hs], K and V [S, hs] -> scores, mask, weights [1, S], out [1, hs]
     scores = q @ K.T / math.sqrt(q.shape[-1])
     mask = torch.zeros_like(scores)  # the newest token sees all S tokens: nothing above the diagonal in its row
@@ -36,6 +29,7 @@ class DecodeStep(View):
     _esm = module("step.js")
     title = T.Unicode().tag(sync=True)
     toy = T.Bool(False).tag(sync=True)
+    prefill = T.Bool(False).tag(sync=True)  # the last row of a prefill (every row computed at once), not a cached step
     tokens = T.List().tag(sync=True)   # the S tokens in the cache after the step; the last is the new one
     parts = T.Dict().tag(sync=True)    # part -> [rows][cols], rounded for display
     order = T.List(PARTS).tag(sync=True)  # the order the step computes them in (JSON need not keep a dict's)
@@ -43,8 +37,8 @@ class DecodeStep(View):
     head_dim = T.Int().tag(sync=True)
 
     @classmethod
-    def from_tensors(cls, tokens, q, K, V, title, toy=False, link=None):
-        """q [1, hs], K and V [S, hs] with the new token's row last."""
+    def from_tensors(cls, tokens, q, K, V, title, toy=False, link=None, prefill=False):
+        """q [1, hs], K and V [S, hs] with the new token's row last (prefill: the last row of a whole prompt's)."""
         if not (isinstance(tokens, (list, tuple)) and tokens and all(isinstance(t, str) for t in tokens)):
             raise KVLibError(f"a step's tokens are a list of strings, the new token's last; got {reprlib.repr(tokens)}")
         q, K, V = (numbers(x, name) for x, name in ((q, "q"), (K, "K"), (V, "V")))
@@ -54,13 +48,15 @@ class DecodeStep(View):
                              f"got {tuple(q.shape)}, {tuple(K.shape)}, {tuple(V.shape)}")
         scores, mask, weights, out = attend(q, K, V)
         parts = dict(q=q, K=K, scores=scores, mask=mask, weights=weights, V=V, out=out)
-        return cls(title=title, toy=toy, tokens=list(tokens), head_dim=K.shape[1],
+        return cls(title=title, toy=toy, prefill=bool(prefill), tokens=list(tokens), head_dim=K.shape[1],
                    parts={k: rounded(v, 4) for k, v in parts.items()}, link=link or link_for(list(tokens))).check_size()
 
     @classmethod
     def toy_step(cls):
-        return cls.from_tensors(TOY_TOKENS, TOY["q"], TOY["K"], TOY["V"],
-                                "Toy numbers: one cached step, 4 tokens, head size 4", toy=True)
+        """Notebook 4's toy head, one step on: its prefill's K and V kept, the next token fed alone."""
+        tokens, q, K, V = toy_cached_step()
+        return cls.from_tensors(tokens, q, K, V, f"Toy numbers: the cached step that feeds {tokens[-1]!r}, "
+                                f"{len(tokens)} tokens, head size {K.shape[1]}", toy=True)
 
     @classmethod
     def of(cls, model, prompt="Mary had a little", layer=0, head=0, link=None):
