@@ -2,13 +2,16 @@
 (and changing them changes it), V and not the attention outputs, no old query, the shapes of one
 cached step, its multiply-adds by part, and the cached loop the learner writes."""
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
 from matplotlib.figure import Figure
 
-from kvlib import KVLibError, cache_evidence, exercises, memory, plots, widgets
+from kvlib import KVLibError, bench, cache_evidence, exercises, memory, plots, widgets
+from kvlib.exercises import n05
 from kvlib.models import Config
 
 from bounds import assert_logits_close, hf_logits, logit_bound
@@ -195,7 +198,7 @@ def loop_without_the_new_token(model, prompt_ids, n):  # a common slip: the cach
 @pytest.mark.parametrize("name", ["tiny", "small_llama"])
 def test_the_cached_loop_exercise(request, name):
     model = request.getfixturevalue(name)
-    prompt = model.encode("Mary had a little")
+    prompt = model.encode(n05.EXAMPLE)
     assert exercises.check("05.cached_loop", cached_loop(model, prompt, 20), model).correct is True
     assert exercises.check("05.cached_loop", loop_without_the_new_token(model, prompt, 20), model).correct is False
     assert exercises.check("05.cached_loop", cached_loop(model, prompt, 19), model).correct is False
@@ -272,3 +275,30 @@ def test_grid_filling_asks_only_for_tokens_the_context_holds(tiny):
         widgets.GridFilling(tiny, " the" * 512, new_tokens=2)  # the whole context: the first token made is the last
     with pytest.raises(KVLibError, match="would send"):  # 4 fit the context; a 512-row grid is too big to draw
         widgets.GridFilling(tiny, prompt, new_tokens=4)
+
+
+NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "05_kv_cache.ipynb"
+
+
+def notebook_text(kind):
+    return ["".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == kind]
+
+
+def test_the_notebook_says_what_its_checker_checks():
+    """The tolerance the exercise's text states is the one its checker applies; the example the notebook carries
+    through is the one the loop exercise is checked on."""
+    stated = [float(x) for x in re.findall(r"Within (\d+(?:\.\d+)?) % counts", "\n".join(notebook_text("markdown")))]
+    assert stated == [pytest.approx(100 * exercises.REGISTRY["05.uncached_factor_300"].tolerance)]
+    assert re.search(r"^example = (.+?)  #", notebook_text("code")[0], re.M).group(1) == f'"{n05.EXAMPLE}"'
+
+
+def test_step_seconds_times_only_the_lengths_asked(tiny):
+    r = bench.step_seconds(tiny, lengths=(40, 8, 20), repeats=1)
+    assert r["lengths"].tolist() == [8, 20, 40] and r["repeats"] == 1
+    assert r["cached"].shape == r["uncached"].shape == (3,) and (r["cached"] > 0).all() and (r["uncached"] > 0).all()
+    for bad in ((), (1, 8), (8, tiny.config.n_ctx + 1)):
+        with pytest.raises(KVLibError, match="lengths must lie between 2 and"):
+            bench.step_seconds(tiny, lengths=bad)
+    with pytest.raises(KVLibError, match="repeats"):
+        bench.step_seconds(tiny, lengths=(8,), repeats=0)
+

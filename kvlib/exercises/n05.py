@@ -4,6 +4,8 @@ from . import exercise
 from .. import cache_evidence, memory
 from ..generate import generate
 
+EXAMPLE = "The king is dead"  # notebook 5's running example (notebook 4's too): whole words on every tokenizer here
+
 
 @exercise("05.k_rows", hint="Each forward pass appends one K row per token it is fed, in every layer; "
           "nothing is ever removed.",
@@ -65,5 +67,5 @@ def smollm2_bytes(smollm2):
           explain="kvlib.generate's greedy ids: {answer}. Your loop is right when it matches them token for token.")
 def cached_loop(model):
     """Write greedy generation with a KV cache, using model.forward(ids, cache=cache): the 20 token ids that
-    follow "Mary had a little"."""
-    return generate(model, "Mary had a little", 20, stop_at_eos=False).ids
+    follow the running example, "The king is dead"."""
+    return generate(model, EXAMPLE, 20, stop_at_eos=False).ids

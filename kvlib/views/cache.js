@@ -2,6 +2,9 @@
 // DOM hooks: the root carries data-step; each layer is .kv-layer[data-layer=l] holding one .kv-kvrow per
 // cached token (data-pos = its position); .kv-total holds the measured bytes of the step shown;
 // .kv-layer-bytes each layer's; the stepper's ◀, Play/Pause, ▶ and input.kv-slider (common.js).
+// Above the layers, .kv-stack draws the same cache as a stack, layer 0 at the bottom: one .kv-stackcell per
+// token and layer (data-t, data-layer; no data-pos, so it takes no part in linked highlighting); the new
+// token's cells (.kv-climb) light up from the bottom layer to the top as it climbs the stack.
 
 function render({ model, el }) {
   const { root, tip, body, redrawn, cleanup } = KV.frame(model, el, "cachegrowth");
@@ -19,9 +22,12 @@ function render({ model, el }) {
   const where = KV.h("span", { class: "kv-caption" });
   const headline = KV.h("div", { class: "kv-note" }), sum = KV.h("div", { class: "kv-note kv-mono" });
   const grid = KV.h("div", { class: "kv-tower" + (compact ? " kv-compact" : "") });
+  const stack = KV.h("div", { class: "kv-stack" + (compact ? " kv-compact" : "") });
+  const climbMs = Math.min(120, 600 / sh.n_layer);  // the climb ends well inside Play's step of 900 ms
+  const since = (t) => Math.max(0, t - fed[0] + 1);  // the step that stored token t
   body.append(KV.h("div", { class: "kv-title" }, `The KV cache of ${model.get("model_name")}: ${sh.n_layer} layers, ` +
                  `each keeping one K row and one V row per token`),
-              KV.h("div", { class: "kv-controls" }, steps.el, where), headline, sum, grid);
+              KV.h("div", { class: "kv-controls" }, steps.el, where), headline, sum, stack, grid);
 
   const strip = (vals, kind) => KV.h("span", { class: `kv-vec kv-${kind}` },
     vals.map((v) => KV.h("span", { class: "kv-px", style: { background: KV.heat(v, max) } })));
@@ -43,6 +49,30 @@ function render({ model, el }) {
       KV.h("div", { class: "kv-lfoot" }, "bytes"));
   }
 
+  // the cache as a stack: rows are layers (the last on top), columns tokens; the history sits, the new token climbs
+  function drawStack(s, n, newFrom, grew) {
+    const rows = [];
+    for (let l = sh.n_layer - 1; l >= 0; l--) {
+      const named = sh.n_layer <= 12 || l % 5 === 0 || l === sh.n_layer - 1;
+      const cells = [...Array(n).keys()].map((t) => {
+        const climbing = t >= newFrom;  // the prefill's tokens all climb at step 0; later, the one fed
+        const cell = KV.h("span", { class: "kv-stackcell" + (climbing ? " kv-climb" : ""), dataset: { t, layer: l },
+                                    style: climbing && grew ? { animationDelay: `${Math.round(l * climbMs)}ms` } : {} });
+        return KV.hoverable(cell, tip, () => climbing
+          ? `${KV.quoted(tokens[t])} · layer ${l}: K and V computed at this step, as the token climbs`
+          : `${KV.quoted(tokens[t])} · layer ${l}: K and V stored at step ${since(t)}, read again, never recomputed`);
+      });
+      rows.push(KV.h("div", { class: "kv-stackrow" }, KV.h("span", { class: "kv-stacklabel" }, named ? `layer ${l}` : ""),
+        cells, l === 0 ? KV.h("span", { class: "kv-stacknote" }, s === 0 ? "▲ the prompt enters here"
+                                                                          : `▲ ${KV.quoted(tokens[n - 1])} enters here`) : null));
+    }
+    stack.replaceChildren(KV.h("div", { class: "kv-caption" }, s === 0
+      ? `The same cache as a stack, layer 0 at the bottom; a square is one token's K and V in one layer. ▲: in the ` +
+        `prefill the prompt's ${KV.plural(n, "token")} climb the stack together.`
+      : `Grey: ${KV.plural(newFrom, "history token")}, their K and V sitting in every layer. ▲: the new token climbs ` +
+        `layer by layer, adding its own.`), ...rows);
+  }
+
   function show(s) {
     s = Math.max(0, Math.min(last, s));
     const grew = s === drawn + 1;
@@ -52,7 +82,8 @@ function render({ model, el }) {
     where.textContent = `step ${s} of ${last}`;
     headline.replaceChildren(s === 0
       ? `Step 0, the prefill: the prompt's ${n} tokens go in at once, and every layer stores ${n} K rows and ${n} V rows.`
-      : `Step ${s}: fed one token, ${KV.quoted(tokens[n - 1])}; every layer appended 1 K row and 1 V row and now holds ${n}.`);
+      : `Step ${s}: fed one token, ${KV.quoted(tokens[n - 1])}; it climbs all ${sh.n_layer} layers, and each appends ` +
+        `1 K row and 1 V row and now holds ${n}. The ${n - 1} rows already there are read, not recomputed.`);
     const formula = n * sh.bytes_per_token;
     sum.replaceChildren(`${n} tokens × 2 × ${sh.n_layer} layers × ${sh.n_kv_head} KV heads × ${sh.head_dim} × ` +
       `${sh.bytes_per_number} bytes = ${KV.int(formula)} bytes; cache.nbytes, measured: `,
@@ -72,6 +103,7 @@ function render({ model, el }) {
       lines.push(KV.h("div", { class: "kv-line" }, labels(n, s > 0 ? newFrom : n), layers));
     }
     grid.replaceChildren(...lines);
+    drawStack(s, n, newFrom, grew);
     redrawn();
   }
   show(step);
