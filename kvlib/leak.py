@@ -56,12 +56,13 @@ def attack(model, share_across_tenants, n=100, prompt_tokens=128, block_size=16,
                   (sum(hit[::2]), sum(hit[1::2])))
 
 
-def sized_for(model, gmacs=2.0):
+def sized_for(model, gmacs=1.0):
     """(secrets, prompt tokens) that keep both attacks to seconds on a laptop CPU: the longest prompt
     (448, 256, 128 or 64 tokens, within the context) whose cold prefill costs at most `gmacs` billion
-    multiply-adds, with 60 secrets; a model too big even for 64 tokens (GPT-2 small) gets 30 secrets
-    of 64 tokens. Longer prompts make hits and misses further apart, so the test needs fewer of them."""
+    multiply-adds, with 40 secrets; a model too big even for 64 tokens (GPT-2 small, SmolLM2) gets 24 secrets
+    of 64 tokens. Longer prompts make hits and misses further apart, so the test needs fewer of them; two
+    groups of 12 times that do not overlap at all already give a p-value under one in a million."""
     for tokens in (448, 256, 128, 64):
         if tokens < model.config.n_ctx and sum(memory.forward_macs_by_part(model.config, 0, tokens).values()) <= gmacs * 1e9:
-            return 60, tokens
-    return 30, 64
+            return 40, tokens
+    return 24, 64

@@ -47,12 +47,15 @@ ANTHROPIC_MIN_TOKENS = {
     "Claude Sonnet 4.5": 1024, "Claude Opus 4.1": 1024, "Claude Opus 4": 1024, "Claude Sonnet 4": 1024,
     "Claude Haiku 3.5": 2048, "Claude Haiku 3": 2048,
 }
+ANTHROPIC_MIN_SOURCE = ("Anthropic's docs, 'Prompt caching', 'Cache limitations', as quoted in "
+                        "anthropic-sdk-python issue #1194 (21 Feb 2026)")
 
 # OpenAI's retention policies (`prompt_cache_retention`). Source: OpenAI's "Prompt caching" guide,
 # section "Prompt cache retention" (developers.openai.com/api/docs/guides/prompt-caching, read
 # 1 December 2026); the "24h" option reached OpenAI's SDKs in November 2025 (openai/openai-agents-python
 # pull request #2095, 18 November 2025). The guide lists GPT-4.1 and GPT-5 models for extended retention,
 # not GPT-4o.
+OPENAI_IDLE_MINUTES = (5, 10)  # the default retention: cleared after 5-10 minutes unused (below)
 OPENAI_RETENTION = {
     "in_memory": "the default: cleared after 5-10 minutes unused, always within 1 hour of its last use",
     "24h": "opt-in: kept up to 24 hours; K and V move to the GPU machine's local storage when GPU memory is full",
@@ -115,13 +118,34 @@ def cost(receipt, prices, apply_minimum=True):
     return cached * prices.read + written * prices.write + plain
 
 
+def minimum(prices):
+    """The shortest prompt (automatic) or marked prefix (explicit) the provider caches, as words: Anthropic's
+    differs by model (ANTHROPIC_MIN_TOKENS), so its range is given, not the lowest that prompt_cache() uses."""
+    if prices.mode == "explicit":
+        low, high = min(ANTHROPIC_MIN_TOKENS.values()), max(ANTHROPIC_MIN_TOKENS.values())
+        return f"{low:,}-{high:,} by model"
+    return f"{prices.min_tokens:,}"
+
+
+def kept(prices):
+    """How long an unused entry is kept, as the provider states it."""
+    if prices.mode == "automatic":
+        return f"{OPENAI_IDLE_MINUTES[0]}-{OPENAI_IDLE_MINUTES[1]} min"
+    return f"{prices.ttl_seconds // 60} min" if prices.ttl_seconds < 3600 else f"{prices.ttl_seconds // 3600} h"
+
+
 def table(prices=None):
     """The price list as text: one line per provider and mode, then where each figure comes from."""
     rows = list((prices or PRICING).values())
-    table = text_table(["provider", "mode", "read", "write", "minimum", "step", "TTL"],
-                       [[p.provider, p.mode, f"{p.read:.2f}", f"{p.write:.2f}", f"{p.min_tokens:,}", p.step,
-                         f"{p.ttl_seconds // 60} min"] for p in rows], align="<<>>>>>")
-    return "\n".join([table, "", "sources:"] + [f"  {p.provider}: {p.source}" for p in rows])
+    table = text_table(["provider", "mode", "read", "write", "minimum", "hits come in", "kept unused"],
+                       [[p.provider, p.mode, f"{p.read:.2f}", f"{p.write:.2f}", minimum(p),
+                         f"steps of {p.step}" if p.mode == "automatic" else "marked prefixes", kept(p)]
+                        for p in rows], align="<<>>>>>")
+    lines = [f"  {p.provider}: {p.source}" for p in rows]
+    if any(p.mode == "explicit" for p in rows):
+        lines.append(f"  Anthropic's minimum by model: {ANTHROPIC_MIN_SOURCE}")
+    return "\n".join([table, "", "read and write: per token, as a share of an uncached input token", "sources:"]
+                     + lines)
 
 
 def prompt_cache(model, prices, **kwargs):

@@ -1,6 +1,7 @@
 // View 6: prompt-cache blocks. Each request a row of its receipt, its blocks as chips: a colour AND a glyph per
 // state. Hover a chip for its tokens and hash; the same block lights up in every row. Under a stored block, a bar
-// of its time to live left at the clock's time; a block gone since is faded and struck through.
+// of its time to live left at the clock's time. Each row tells what became of the copy that request left: used
+// again by a later request (on hover), or dropped first: faded and struck through in that row only.
 // DOM hooks: tr.kv-request[data-request=k], its td[data-field], chips .kv-block[data-state][data-hash], .kv-gone.
 
 const STATES = {
@@ -24,9 +25,11 @@ function render({ model, el }) {
   const draw = () => {
     const clock = model.get("clock"), ttl = model.get("ttl"), stored = model.get("stored");
     const chip = (b, k, q) => {
-      const kept = b.state !== "computed" ? stored[b.hash] : undefined;  // its life since, if it was ever stored
-      const left = kept && kept.expires !== undefined ? Math.max(0, kept.expires - clock) : null;
-      const c = KV.h("span", { class: `kv-block kv-${b.state}` + (kept && kept.gone ? " kv-gone" : ""),
+      const kept = b.state !== "computed" ? stored[b.hash] : undefined;  // the block as the cache holds it now
+      const then = b.then;  // what became of this row's copy: used again ({by, at}) or dropped first ({gone, at})
+      const struck = then ? then.gone !== undefined : !!(kept && kept.gone);
+      const left = !struck && kept && kept.expires !== undefined ? Math.max(0, kept.expires - clock) : null;
+      const c = KV.h("span", { class: `kv-block kv-${b.state}` + (struck ? " kv-gone" : ""),
                                dataset: { state: b.state, hash: b.hash, k } },
         KV.h("span", { class: "kv-glyph" }, STATES[b.state][0]),
         left === null ? null : KV.h("span", { class: "kv-ttl" }, KV.h("span", { style: { width: `${100 * left / ttl}%` } })));
@@ -36,7 +39,10 @@ function render({ model, el }) {
         `${q.label} · block ${k} · tokens ${b.start}–${b.end - 1} · ${STATES[b.state][1]}`,
         excerpt(b.text),
         `hash ${b.hash.match(/../g).join(" ")} … (its first 8 bytes; it names this block and every token before it)`,
-        !kept ? "" : kept.gone ? `${kept.gone} at ${secs(kept.at)}: no longer in the cache`
+        then && then.by !== undefined ? `used again by ${then.by} at ${secs(then.at)}` : "",
+        then && then.gone !== undefined ? `${then.gone} at ${secs(then.at)}, before any later request used it` +
+          (kept && kept.expires !== undefined ? "; written again since" : "; no longer in the cache")
+          : !kept ? "" : kept.gone ? `${kept.gone} at ${secs(kept.at)}: no longer in the cache`
           : left > 0 ? `stored: expires at ${secs(kept.expires)}, in ${secs(left)} unless used again`
           : `stored, its TTL over: dropped at the cache's next look`,
       ].filter(Boolean));
@@ -44,7 +50,7 @@ function render({ model, el }) {
     const cell = (q, field) => {
       if (field === "blocks") {
         return [...q.blocks.map((b, k) => chip(b, k, q)),
-                q.tail ? KV.hoverable(KV.h("span", { class: "kv-tail" }, `+${q.tail}`), tip,
+                q.tail ? KV.hoverable(KV.h("span", { class: "kv-tail" }, `${q.tail} more`), tip,
                   () => `${q.tail} tokens after the last block: always computed (the next token needs the last one's scores)`) : null];
       }
       return field === "cost" ? q.cost.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 })
@@ -59,7 +65,9 @@ function render({ model, el }) {
         KV.h("span", { class: "kv-caption" }, `  (simulated) · the bar under a stored block: its time to live left, of ${secs(ttl)}`)),
       KV.h("div", { class: "kv-legend" }, legend,
         KV.h("span", { class: "kv-key" }, KV.h("span", { class: "kv-block kv-written kv-gone" },
-          KV.h("span", { class: "kv-glyph" }, "+")), " expired or evicted since")),
+          KV.h("span", { class: "kv-glyph" }, "+")), " expired or evicted before a later request used it"),
+        KV.h("span", { class: "kv-key" }, KV.h("span", { class: "kv-tail" }, "n more"),
+          " last tokens, after the last full block: always computed")),
       KV.h("table", { class: "kv-table kv-requests" },
         KV.h("thead", {}, KV.h("tr", {}, FIELDS.map(([, name]) => KV.h("th", {}, name)))),
         KV.h("tbody", {}, model.get("requests").map((q, k) => KV.h("tr", { class: "kv-request", dataset: { request: k } },

@@ -2,8 +2,11 @@
 
 Hover a chip for its tokens and the first 8 bytes of its prefix's hash; the same block lights up in
 every request that used it. On the cache's simulated clock, a bar under each stored block shows how
-much of its time to live is left; a block gone since (expired or evicted) is faded and struck through,
-with the reason on hover, read from the cache's own events (each names its block's key)."""
+much of its time to live is left. Each row tells what became of the blocks that request left in the
+cache: used again by a later request (named on hover), or dropped first (expired or evicted: faded and
+struck through, with the reason on hover), read from the cache's own events (each names its block's key).
+So a block evicted and later written again shows struck in the row that lost it, whole in the row that
+wrote it again."""
 
 import json
 import math
@@ -26,7 +29,9 @@ class PromptBlocks(View):
     clock = T.Float(0).tag(sync=True)        # the cache's clock, seconds
     ttl = T.Float(0).tag(sync=True)
     requests = T.List().tag(sync=True)       # per request: {label, tenant, at, input, cached, written, ms, cost,
-                                             #   gone, tail, blocks: [{state, start, end, text, hash}]}
+                                             #   gone, tail, blocks: [{state, start, end, text, hash, then}]}
+                                             #   then: what became of the copy it left: {"by", "at"} used again
+                                             #   by a later request, {"gone", "at"} dropped first, None not yet
     stored = T.Dict().tag(sync=True)         # block hash -> {"expires": t} while stored, {"gone", "at"} after
 
     def __init__(self, pc, note="", **kwargs):
@@ -34,6 +39,7 @@ class PromptBlocks(View):
             raise KVLibError(f"PromptBlocks shows a PromptCache (kvlib.PromptCache(model)); got {reprlib.repr(pc)}")
         super().__init__(note=note, ttl=pc.ttl, **kwargs)
         self.pc, self.known, self.seen = pc, {}, len(pc.events)  # known: hash shown -> the block's key
+        self.holder = {}  # a stored block's key -> [(request, chip)]: the chips of the last request that used it
         self.refresh()
 
     def add(self, label, tenant, prompt, result, cost, cache_control=None, gone=0):
@@ -54,25 +60,28 @@ class PromptBlocks(View):
                 not set(mine) <= {e.key for e in pc.events if e.kind in ("hit", "write")}:
             raise KVLibError("this Prefill is not of this prompt on this cache: pass the prompt, tenant and "
                              "cache_control that this view's cache was given by pc.prefill")
-        blocks = [{"state": state, "start": a, "end": e, "text": pc.model.decode(ids[a:e]), "hash": key[:8].hex()}
-                  for state, (a, e), key in zip(r.blocks, spans, keys, strict=True)]
+        blocks = [{"state": state, "start": a, "end": e, "text": pc.model.decode(ids[a:e]), "hash": key[:8].hex(),
+                   "then": None} for state, (a, e), key in zip(r.blocks, spans, keys, strict=True)]
         request = {"label": label, "tenant": tenant, "at": pc.clock(), "input": r.input_tokens,
                    "cached": r.cached_tokens, "written": r.written_tokens, "ms": round(result.seconds * 1e3, 1),
                    "cost": float(cost), "gone": int(gone), "tail": len(ids) - (spans[-1][1] if spans else 0), "blocks": blocks}
         self.check_size(more=len(json.dumps(request, default=str)))  # before the page is sent a view too big
         # a hit chip shows the stored block it read: its own key, or (explicit marks cut the prefix otherwise
         # than the request that wrote it) the deepest key that hit, whose blocks hold all of the hit
-        self.known.update({key[:8].hex(): key if d >= hits or key in pc.blocks else keys[hits - 1]
-                           for d, key in enumerate(keys)})
+        reads = [key if d >= hits or key in pc.blocks else keys[hits - 1] for d, key in enumerate(keys)]
+        self.known.update({key[:8].hex(): read for key, read in zip(keys, reads)})
         self.requests = self.requests + [request]
-        self.refresh()
+        self.refresh([reads[d] if state != "computed" else None for d, state in enumerate(r.blocks)])
         return self
 
-    def refresh(self):
-        """Read the cache now: which blocks shown are stored (until when) and which have gone (why, when)."""
+    def refresh(self, reads=None):
+        """Read the cache now: which blocks shown are stored (until when) and which have gone (why, when).
+        reads: for the request just added, the stored key each of its chips read or wrote (None: computed)."""
         pc, stored = self.pc, dict(self.stored)
-        went = {e.key: e for e in pc.events[self.seen:] if e.kind in GONE}
+        events = pc.events[self.seen:]
+        went = {e.key: e for e in events if e.kind in GONE}
         self.seen = len(pc.events)
+        self._follow(events, reads)
         for h, key in self.known.items():
             if key in pc.blocks:
                 stored[h] = {"expires": pc.blocks[key].last_used + pc.ttl}
@@ -85,6 +94,37 @@ class PromptBlocks(View):
             self.stored, self.clock = stored, pc.clock()
             self.title = (f"{pc.mode} caching · TTL {pc.ttl} s · {size} · "
                           f"cache holds {len(pc.blocks)} blocks, {held:,}{budget} bytes")
+
+    def _follow(self, events, reads):
+        """Each row's chips, told what became of the copy that request left: in the events' order, a drop
+        strikes the chips of the last request that used the block; a later request's use names itself there."""
+        rows, changed, new = self.requests, False, len(self.requests) - 1
+        for e in events:
+            if e.kind in GONE:
+                then = {"gone": GONE[e.kind], "at": e.time}
+            elif reads is not None and e.key in reads:
+                then = {"by": rows[new]["label"], "at": e.time}
+            else:
+                continue
+            for k, j in self.holder.pop(e.key, []):
+                if not (k == new and "by" in then):
+                    rows = rows if changed else [dict(q, blocks=list(q["blocks"])) for q in rows]  # copied: synced anew
+                    rows[k]["blocks"][j], changed = dict(rows[k]["blocks"][j], then=then), True
+            if "by" in then:
+                self.holder[e.key] = [(new, j) for j, key in enumerate(reads) if key == e.key]
+        if changed:
+            self.requests = rows
+
+    def dropped(self):
+        """{request's label: [(why, when)]}: the rows drawn struck through, whose blocks were expired or evicted
+        before any later request used them, with each drop's reason and time (seconds on the cache's clock)."""
+        out = {}
+        for q in self.requests:
+            gone = sorted({(b["then"]["gone"], b["then"]["at"]) for b in q["blocks"] if "gone" in (b["then"] or {})},
+                          key=lambda g: g[1])
+            if gone:
+                out[q["label"]] = gone
+        return out
 
     def summary(self):
         marks = {"hit": "H", "written": "W", "computed": "c"}
