@@ -89,22 +89,39 @@ def _size(nbytes):
     return f"{nbytes / 1e9:,.1f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:,.1f} MB"
 
 
-def kv_table(names, contexts=(8192, 131072, 1048576), bytes_per_number=2):
-    """A text table: each catalogued model's KV cache for one sequence at each context, beside its weights."""
-    rows = [[name] + [_size(memory.kv_bytes(arch, n, 1, bytes_per_number)) for n in contexts]
-            + [_size(memory.all_weight_bytes(arch, bytes_per_number))] for name, arch in zip(names, map(memory.architecture, names))]
-    return text_table(["model"] + [f"{n:,} tokens" for n in contexts] + ["weights"], rows)
+PAST = "*"  # beside a figure for a context longer than the model was trained to read
+
+
+def _mark(arch, context):
+    return PAST if memory.past_context(arch, context) else ""
+
+
+def _past_note(marked):
+    return (f"\n{PAST} past the model's trained context: the bytes the formula gives, for a text the model "
+            f"was not trained to read" if marked else "")
+
+
+def kv_table(names, contexts=(1024, 8192, 131072), bytes_per_number=2):
+    """A text table: each catalogued model's KV cache for one sequence at each context, beside its weights;
+    a figure for a context past the model's own is marked (PAST) and explained under the table."""
+    archs = [memory.architecture(name) for name in names]
+    rows = [[arch.name] + [_size(memory.kv_bytes(arch, n, 1, bytes_per_number)) + _mark(arch, n) for n in contexts]
+            + [_size(memory.all_weight_bytes(arch, bytes_per_number))] for arch in archs]
+    marked = any(memory.past_context(arch, n) for arch in archs for n in contexts)
+    return text_table(["model"] + [f"{n:,} tokens" for n in contexts] + ["weights"], rows) + _past_note(marked)
 
 
 def mistakes_table(name, context, bytes_per_number=2):
-    """A text table of the classic wrong estimates of one catalogued model's cache, against the right one."""
-    wrong = memory.mistakes(memory.architecture(name), context, bytes_per_number)
+    """A text table of the classic wrong estimates of one catalogued model's cache, against the right one
+    (marked, as kv_table does, if the context is past the model's own)."""
+    arch = memory.architecture(name)
+    wrong = memory.mistakes(arch, context, bytes_per_number)
     if not wrong:
         return f"{name}: none of the classic mistakes applies"
     right = next(iter(wrong.values()))[1]
     rows = [[mistake, _size(w), f"{w / r:.2f}x"] for mistake, (w, r) in wrong.items()]
-    return (f"{name} at {context:,} tokens: right answer {_size(right)}\n"
-            + text_table(["mistake", "estimate", "of the right answer"], rows))
+    return (f"{name} at {context:,} tokens: right answer {_size(right)}{_mark(arch, context)}\n"
+            + text_table(["mistake", "estimate", "of the right answer"], rows) + _past_note(memory.past_context(arch, context)))
 
 
 def cache_read_seconds(model, lengths, repeats=5, seed=0):

@@ -126,6 +126,10 @@ CATALOGUE = dict([
           "github.com/meta-llama/llama MODEL_CARD.md and configs of meta-llama/Llama-2-70b-hf", "2023-07"),
     _arch("Llama-3-8B", 32, 32, 8, 128, 4096, 8192, 8e9, _LLAMA3, "2024-04-18"),
     _arch("Llama-3-70B", 80, 64, 8, 128, 8192, 8192, 70e9, _LLAMA3, "2024-04-18"),
+    _arch("Llama-3.1-8B", 32, 32, 8, 128, 4096, 131072, 8e9,
+          "github.com/meta-llama/llama-models models/llama3_1/api/sku_list.py (llama3_1_8b: dim 4096, n_layers 32, "
+          "n_heads 32, n_kv_heads 8; CONTEXT_LENGTH 131072)", "2024-07-23",
+          note="Llama-3-8B's shape, trained to read 131,072 tokens where Llama-3-8B reads 8,192"),
     _arch("Llama-3.1-405B", 126, 128, 8, 128, 16384, 131072, 405e9,
           "github.com/meta-llama/llama-models models/llama3_1/api/sku_list.py", "2024-07"),
     _arch("Mistral-7B-v0.1", 32, 32, 8, 128, 4096, 32768, 7e9,
@@ -209,6 +213,12 @@ def as_config(arch):
     return Config(n_layer=arch.n_layer, n_head=arch.n_head, n_embd=arch.hidden, n_ctx=arch.context,
                   vocab_size=arch.vocab, arch=arch.family, n_kv_head=arch.n_kv_head, head_dim=arch.head_dim,
                   n_inner=arch.ffn)
+
+
+def past_context(arch, context):
+    """True when `context` is longer than the model was trained to read: the formula still gives the bytes,
+    but the model cannot use such a text, so a table marks the figure (longcontext.PAST)."""
+    return context > arch.context
 
 
 def kv_bytes_per_layer(arch, context, bytes_per_number=2):

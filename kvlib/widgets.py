@@ -438,7 +438,7 @@ class KVCalculator(W.VBox):
     """Size the KV cache of a real model from its architecture: pick a model, a number format, a context
     and a batch; read the bytes per layer, per sequence and per batch beside the memory of common GPUs."""
 
-    def __init__(self, model="Llama-3-8B", dtype="bf16 / fp16 (2 bytes)", context=131072, batch=1):
+    def __init__(self, model="Llama-3.1-8B", dtype="bf16 / fp16 (2 bytes)", context=131072, batch=1):
         from . import memory
         self.memory = memory
         # the sliders would clamp a batch or refuse a context with a traitlets error: say what they offer instead

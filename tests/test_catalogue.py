@@ -2,9 +2,13 @@
 read back from the catalogue), its bytes by the formula, the formula equal to real tensors wherever kvlib
 runs the model, and the classic mistakes measured."""
 
+import ast
+from pathlib import Path
+
 import pytest
 
-from kvlib import KVLibError, memory
+from kvlib import KVLibError, longcontext, memory
+from kvlib.exercises import n07, n08
 
 BF16 = 2  # bytes a number: the catalogue sizes caches in bf16
 
@@ -16,6 +20,7 @@ SOURCES = {
     "Llama-2-7B": (32, 32, 32, 128, 4096, 4096, 7e9),  # of Llama 2, only 70B groups its K/V heads
     "Llama-2-70B": (80, 64, 8, 128, 8192, 4096, 70e9),
     "Llama-3-8B": (32, 32, 8, 128, 4096, 8192, 8e9), "Llama-3-70B": (80, 64, 8, 128, 8192, 8192, 70e9),
+    "Llama-3.1-8B": (32, 32, 8, 128, 4096, 131072, 8e9),  # sku_list.py: dim 4096 / 32 heads = 128; CONTEXT_LENGTH
     "Llama-3.1-405B": (126, 128, 8, 128, 16384, 131072, 405e9),
     "Mistral-7B-v0.1": (32, 32, 8, 128, 4096, 32768, 7e9),
     "Falcon-7B": (32, 71, 1, 64, 4544, 2048, 7e9),  # multi_query: its 71 query heads share one K/V head
@@ -148,3 +153,81 @@ def test_only_entries_that_give_a_vocabulary_and_feed_forward_become_configs():
         layers, heads, hidden, xl["ffn"], xl["vocab"], xl["family"])
     with pytest.raises(KVLibError, match="pick one of GPT-2 small"):
         memory.as_config(memory.CATALOGUE["Llama-3-8B"])
+
+
+def test_llama_3_1_is_llama_3s_shape_trained_on_a_long_context():
+    """The notebooks' 131,072-token examples use Llama-3.1-8B: Llama-3-8B's bytes per token, 16 times its context."""
+    old, new = memory.CATALOGUE["Llama-3-8B"], memory.CATALOGUE["Llama-3.1-8B"]
+    assert bytes_per_token("Llama-3.1-8B") == bytes_per_token("Llama-3-8B") == 131_072
+    assert (new.context, old.context) == (131072, 8192) and new.params == old.params
+
+
+# ---- no table row uses a context longer than its model's, unless marked ----
+
+TABLE_CONTEXTS = (1024, 4096, 8192, 32768, 131072, 1048576)
+
+
+@pytest.mark.parametrize("name", list(SOURCES))
+def test_tables_mark_every_context_past_the_models_own(name):
+    context = SOURCES[name][5]  # the trained context, from the source
+    table = longcontext.kv_table([name], contexts=TABLE_CONTEXTS).splitlines()
+    row = next(line for line in table if line.startswith(name))
+    cells = row[len(name):].split()  # "0.3 GB*" -> "0.3", "GB*": a figure's unit carries its mark
+    marks = [unit.endswith(longcontext.PAST) for unit in cells[1:2 * len(TABLE_CONTEXTS):2]]
+    assert marks == [n > context for n in TABLE_CONTEXTS], row
+    assert (table[-1].startswith(longcontext.PAST + " past the model's trained context")) == (max(TABLE_CONTEXTS) > context)
+    for n in (context, 2 * context):
+        text = longcontext.mistakes_table(name, n)
+        if "none of the classic mistakes" not in text:
+            first = text.splitlines()[0]
+            assert first.endswith(longcontext.PAST) == (n > context) == ("trained context" in text), text
+
+
+NOTEBOOKS = Path(__file__).parent.parent / "notebooks"
+SIZERS = {"kv_bytes", "kv_bytes_per_layer", "mistakes", "crossover_context"}  # memory's functions of (model, context)
+
+
+def sized(source):
+    """(model, context) for each call of memory's sizers in a cell whose model and context are spelled out:
+    memory.CATALOGUE["X"] or a name bound to it, and a number or a loop's name over numbers."""
+    tree = ast.parse("\n".join(line for line in source.splitlines() if not line.startswith("%%")))
+    catalogued = lambda node: (node.slice.value if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+                               and ast.unparse(node.value).endswith("CATALOGUE") else None)
+    models, numbers = {}, {}
+    for node in ast.walk(tree):  # what the cell binds: models by name, loops over numbers
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                pairs = (zip(target.elts, node.value.elts) if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                         else [(target, node.value)])
+                models.update({t.id: catalogued(v) for t, v in pairs if isinstance(t, ast.Name) and catalogued(v)})
+        elif isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(node.iter, (ast.Tuple, ast.List)):
+            numbers[node.target.id] = [e.value for e in node.iter.elts if isinstance(e, ast.Constant)]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SIZERS \
+                and len(node.args) >= 2:
+            arch, context = node.args[:2]
+            name = catalogued(arch) or (models.get(arch.id) if isinstance(arch, ast.Name) else None)
+            contexts = ([context.value] if isinstance(context, ast.Constant)
+                        else numbers.get(context.id, []) if isinstance(context, ast.Name) else [])
+            found += [(name, n) for n in contexts if name and isinstance(n, int)]
+    return found
+
+
+def test_the_reading_finds_a_model_sized_past_its_context():
+    old = 'llama = memory.CATALOGUE["Llama-3-8B"]\nfor n in (8192, 131072):\n    cache = memory.kv_bytes(llama, n)'
+    assert sized(old) == [("Llama-3-8B", 8192), ("Llama-3-8B", 131072)]
+    assert sized('a, b = memory.CATALOGUE["Falcon-7B"], 3\nmemory.mistakes(a, 4096)') == [("Falcon-7B", 4096)]
+
+
+@pytest.mark.parametrize("notebook", ["07_long_context_memory", "08_serving"])
+def test_the_lessons_size_no_model_past_its_context(notebook):
+    """Every catalogued model a notebook sizes by hand, it sizes within its trained context; the tables mark the
+    rest (above), the calculator warns (test_lessons_07), and the exercises stay within it."""
+    import json
+
+    cells = json.loads((NOTEBOOKS / f"{notebook}.ipynb").read_text())["cells"]
+    pairs = [pair for c in cells if c["cell_type"] == "code" for pair in sized("".join(c["source"]))]
+    assert pairs, "the reading found nothing to check"
+    assert [(name, n) for name, n in pairs if memory.past_context(memory.CATALOGUE[name], n)] == []
+    assert not memory.past_context(n07.LLAMA, n07.CONTEXT) and not memory.past_context(n08.LLAMA, 131072)

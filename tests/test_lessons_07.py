@@ -63,16 +63,20 @@ def test_attention_share_grows_and_overtakes_where_it_says():
 
 
 def test_kv_table_and_mistakes_table():
-    table = longcontext.kv_table(["Llama-3-8B", "Mistral-7B-v0.1"], contexts=(8192, 131072))
-    assert "Llama-3-8B" in table and "17.2 GB" in table and "16.0 GB" in table  # 128K tokens; bf16 weights
-    assert table.splitlines()[-1].count("0.5 GB") == 2  # Mistral's windowed cache stops growing
-    text = longcontext.mistakes_table("Llama-3-8B", 131072)
-    assert "4.00x" in text and "17.2 GB" in text
+    table = longcontext.kv_table(["Llama-3.1-8B", "Mistral-7B-v0.1"], contexts=(8192, 131072))
+    assert "Llama-3.1-8B" in table and "17.2 GB " in table and "16.0 GB" in table  # 128K tokens; bf16 weights
+    mistral = next(line for line in table.splitlines() if line.startswith("Mistral"))
+    assert mistral.count("0.5 GB") == 2 and "0.5 GB*" in mistral  # its windowed cache stops growing; 128K is past 32K
+    assert table.splitlines()[-1].startswith("* past the model's trained context")
+    text = longcontext.mistakes_table("Llama-3.1-8B", 131072)
+    assert "4.00x" in text and "17.2 GB" in text and "*" not in text  # within its context: nothing to mark
+    assert "right answer 17.2 GB*" in longcontext.mistakes_table("Llama-3-8B", 131072)  # 16 times Llama-3-8B's
     assert "none of the classic mistakes" in longcontext.mistakes_table("GPT-2 small", 1024)
 
 
 def test_calculator_shows_the_catalogue_bytes():
     calc = widgets.KVCalculator()
+    assert (calc.model.value, calc.context.value) == ("Llama-3.1-8B", 131072) and "trained context" not in calc.info.value
     for name, dtype, context, batch, by_hand in (
             ("Llama-3-8B", "bf16 / fp16 (2 bytes)", 131072, 1, 2 * 32 * 8 * 128 * 2 * 131072),
             # 21 layers windowed at 4,096 tokens, 21 global; 8 K/V heads of 256 in fp32
@@ -94,7 +98,7 @@ def test_calculator_shows_errors_in_place_and_recovers(monkeypatch):
     assert "⚠" in calc.info.value and "broken" in calc.info.value and calc.shown_bytes is None
     monkeypatch.undo()
     calc.batch.value = 3
-    assert "⚠" not in calc.info.value and calc.shown_bytes == 3 * 17_179_869_184  # Llama-3-8B, 131,072 tokens x 3
+    assert "⚠" not in calc.info.value and calc.shown_bytes == 3 * 17_179_869_184  # Llama-3.1-8B, 131,072 tokens x 3
     for setting, words in (({"batch": 128}, "batch 1 to 64, not 128"), ({"context": 100_000}, "not 100000")):
         with pytest.raises(KVLibError, match=words):  # the sliders would clamp it, or fail in traitlets' words
             widgets.KVCalculator(**setting)

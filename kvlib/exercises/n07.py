@@ -4,14 +4,17 @@ from . import exercise
 from .. import longcontext, memory
 
 
+LLAMA, CONTEXT = memory.CATALOGUE["Llama-3.1-8B"], 131072  # a context within the model's own (131,072 tokens)
+
+
 @exercise("07.llama3_8b_128k_gb", tolerance=0.03,
           hint="2 (K and V) × 32 layers × 8 KV heads × 128 numbers × 2 bytes is the bytes per token; "
                "multiply by 131,072 tokens and divide by 10⁹.",
           explain="131,072 tokens × 131,072 bytes per token = {answer:.2f} GB: more than the model's 16 GB of "
-                  "bf16 weights, for a single sequence.")
+                  "bf16 weights, for a single sequence as long as Llama-3.1-8B was trained to read.")
 def llama3_8b_128k_gb(model):
-    """How many GB (10⁹ bytes) does Llama-3-8B's KV cache take for one sequence of 131,072 tokens in bf16?"""
-    return round(memory.kv_bytes(memory.CATALOGUE["Llama-3-8B"], 131072, batch=1, bytes_per_number=2) / 1e9, 2)
+    """How many GB (10⁹ bytes) does Llama-3.1-8B's KV cache take for one sequence of 131,072 tokens in bf16?"""
+    return round(memory.kv_bytes(LLAMA, CONTEXT, batch=1, bytes_per_number=2) / 1e9, 2)
 
 
 @exercise("07.attention_overtakes", tolerance=0.03,

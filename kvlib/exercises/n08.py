@@ -6,12 +6,12 @@ from .. import memory, serving
 from ..measure import random_ids
 
 
-LLAMA, GPU = memory.CATALOGUE["Llama-3-8B"], memory.GPUS["NVIDIA H100"]
+LLAMA, GPU = memory.CATALOGUE["Llama-3.1-8B"], memory.GPUS["NVIDIA H100"]  # trained on 131,072 tokens
 LEFT = GPU - memory.all_weight_bytes(LLAMA)  # bytes the weights leave for the caches
 
 
 def users_fit(context):
-    """How many sequences of `context` tokens fit beside Llama-3-8B's weights on the 80 GB GPU."""
+    """How many sequences of `context` tokens fit beside Llama-3.1-8B's weights on the 80 GB GPU."""
     return int(LEFT // memory.kv_bytes(LLAMA, context))
 
 
@@ -23,7 +23,7 @@ def users_fit(context):
                   f"{memory.kv_bytes(LLAMA, 131072) / 1e9:.1f} GB. At 8,192 tokens the same GPU holds "
                   f"{users_fit(8192)}: long contexts, not the weights, decide how many people a GPU serves.")
 def users_at_128k(model):
-    """Llama-3-8B in bf16 (16 GB of weights) on an 80 GB GPU: how many sequences of 131,072 tokens can it
+    """Llama-3.1-8B in bf16 (16 GB of weights) on an 80 GB GPU: how many sequences of 131,072 tokens can it
     decode together, their KV caches filling the memory the weights leave?"""
     return users_fit(131072)
 
