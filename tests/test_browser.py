@@ -16,6 +16,7 @@ import pytest
 
 from browser import (Lab, check_clean, chromium, close_all, copy_notebooks, kernel_holds, lab_server,
                      no_kernel_request, open_and_run, save_gpt2_format, screenshots, settle, shot, tip)
+from conftest import toy_by_hand
 
 pytestmark = pytest.mark.slow
 
@@ -101,14 +102,17 @@ def test_the_labs_model_is_tiny_in_gpt2s_format(tiny, model):
                 assert not any(isinstance(n, ast.Constant) and n.value == "tiny" for n in ast.walk(tree)), path.name
 
 
-def test_01_generation_loop(browser, lab, model):
+def test_01_generation_loop(browser, lab, model, smollm2):
     import kvlib
+    from kvlib.exercises.n01 import LINE  # the notebook's running example
+    from kvlib.generate import feed_loop
 
     page, errors = open_and_run(browser, lab, "01_generation_loop.ipynb", timeout_s=400)  # SmolLM2 cells
     check_clean(page, errors, "01")
     check_saved(page, "01_generation_loop.ipynb")
     body = page.locator("body").inner_text()
-    assert "'prompt only': ' Paris Paris Paris Paris Paris Paris Paris Paris'" in body  # SmolLM2, by name
+    stuck = feed_loop(smollm2, LINE, 8, "prompt only")  # SmolLM2, by name: its first pick, 8 times over
+    assert f"'prompt only': {stuck.text!r}" in body and len(set(stuck.ids)) == 1
     assert "Model('smollm2', llama family" in body
     chat = page.locator(".widget-vbox").filter(has_text="Max tokens").first
     assert f"Model: {model.name}" in chat.inner_text()
@@ -134,7 +138,8 @@ def test_02_tokens(browser, lab, model):
     page, errors = open_and_run(browser, lab, "02_tokens.ipynb")
     check_clean(page, errors, "02")
     check_saved(page, "02_tokens.ipynb")
-    assert "[9787, 503, 23370, 305, 74, 13, 1872]" in page.locator("body").inner_text()  # GPT-2's own ids
+    gpt2_row = " ".join(f"{c.text!r}={c.id}" for c in tokenization.chunks(tokenization.gpt2(), "Will will send his sister a selfie"))
+    assert gpt2_row.startswith("'Will'=8743 ' will'=481") and gpt2_row in page.locator("body").inner_text()  # GPT-2's ids
     app = page.locator(".widget-vbox").filter(has=page.locator("textarea")).first
     box = app.locator("textarea")
     box.fill("Will will")
@@ -330,17 +335,23 @@ def test_04_attention(browser, lab, model, smollm2):
     import kvlib
     from kvlib import attention
 
-    mary = "Mary had a little"
+    king = "The king is dead, long live the"
     trace = kvlib.Trace()
-    smollm2.forward(smollm2.encode(mary), trace=trace)
-    tokens = [smollm2.decode([i]) for i in smollm2.encode(mary)]
+    smollm2.forward(smollm2.encode(king), trace=trace)
+    tokens = [smollm2.decode([i]) for i in smollm2.encode(king)]
     T = len(tokens)
     page, errors = open_and_run(browser, lab, "04_attention.ipynb")
     check_clean(page, errors, "04")
     check_saved(page, "04_attention.ipynb")
     body = page.locator("body").inner_text()
-    assert "after 'Mary had a little': ' bit'" in body and "' snow' 81" in body
-    assert "query heads that read the very same WK: [[0, 1, 2], [3, 4, 5], [6, 7, 8]]" in body
+    assert "after 'The king is': ' a' 19%;  after 'The king is dead, long live the': ' king' 33%" in body
+    assert "query heads that read the very same W_K: [[0, 1, 2], [3, 4, 5], [6, 7, 8]]" in body
+    assert "' dead' takes 54% of its output from ' king'" in body  # the toy, worked by hand in test_toy_prefill.py
+    toy = page.locator(".kv-step").first  # the toy's last row, part by part: a prompt's last row, not a cached step
+    toy.scroll_into_view_if_needed()
+    assert no_kernel_request(page, lambda: toy.locator("button", has_text="Next").click()) == 0
+    assert toy.get_attribute("data-part") == "K" and "every token's key, 4 × 2" in toy.locator(".kv-explain").inner_text()
+    assert "cache" not in toy.inner_text()
     grids = page.locator(".kv-att")  # the one head read aloud (layer 1, head 0), then the explorer's
     assert grids.count() == 2
     view = grids.nth(1)
@@ -361,7 +372,8 @@ def test_04_attention(browser, lab, model, smollm2):
         assert now != shown, (layer, head)  # the numbers changed, not only the picture
         shown = now
         _, top, most = attention.most_attended(w[-1], tokens)
-        assert f"gives most weight to {top!r} ({most:.2f})" in view.inner_text()  # the last row, read aloud
+        said = re.search(r"gives most weight to (.+) \((\d\.\d\d)\)\.", view.inner_text())  # the last row, read aloud
+        assert said and said.group(1) == repr(top) and abs(float(said.group(2)) - most) <= 0.0056, said  # 3 decimals, shown to 2
         shot(page, f"04-explorer-l{layer}-h{head}")
     assert no_kernel_request(page, lambda: view.locator("button.kv-att-thumb").nth(4).click()) == 0
     assert view.get_attribute("data-head") == "4" and "head 4" in view.locator(".kv-att-thumb.kv-selected").inner_text()
@@ -376,7 +388,7 @@ def test_04_attention(browser, lab, model, smollm2):
     assert view.locator(".kv-linked").count() == lit and view.locator("tr.kv-att-row.kv-linked").count() == 1
     assert grids.nth(0).locator(".kv-linked").count() == lit  # and in the other view of the same run
     shot(page, "04-explorer-linked")
-    steps = attention.explain(model, mary, layer=0, head=0)  # the notebook's own model: Q, K, out as labelled matrices
+    steps = attention.explain(model, king, layer=0, head=0)  # the notebook's own model: Q and K as labelled matrices
     q = page.locator(".kv-view.kv-matrix").first
     assert q.locator("th.kv-rowhead").all_inner_texts() == [t.replace("\n", "↵") for t in steps.tokens]
     text = tip(page, q.locator("tr.kv-row[data-row='3'] td.kv-cell[data-j='5']"))
@@ -443,13 +455,13 @@ def play_through(page, root, rows, last):
 def test_05_kv_cache_animates(browser, lab, model):
     """The grid and the cache play in the browser, one row per step (counted in the DOM), with no kernel
     request; hovers show the kernel's own numbers; hovering a token in the grid lights its rows in every
-    layer of the cache; the worked step walks its seven parts."""
-    import math
-
+    layer of the cache, whose stack shows the new token alone climbing every layer; the worked step walks its
+    seven parts."""
     import kvlib
+    from kvlib.exercises.n05 import EXAMPLE  # the notebook's running example
 
     tiny = model  # the notebooks' default: tiny's weights
-    prompt = tiny.encode("Mary had a little")
+    prompt = tiny.encode(EXAMPLE)
     P, L = len(prompt), tiny.config.n_layer
     gen = kvlib.generate(tiny, prompt, 10, stop_at_eos=False)
     seq = prompt + gen.ids
@@ -479,6 +491,10 @@ def test_05_kv_cache_animates(browser, lab, model):
     assert [s for s, _ in seen] == list(range(1, 10)) and all(rows == [P + s] * L for s, rows in seen), seen
     per_token = 2 * L * tiny.config.n_kv_head * tiny.config.head_dim * 4
     assert growth.locator(".kv-total").inner_text() == f"{(P + 9) * per_token:,} bytes"
+    stack = growth.locator(".kv-stack")  # every layer holds every token; only the one fed last climbs
+    assert stack.locator(".kv-stackcell").count() == L * (P + 9)
+    climbing = stack.locator(".kv-stackcell.kv-climb")
+    assert climbing.count() == L and {climbing.nth(i).get_attribute("data-t") for i in range(L)} == {str(P + 8)}
     row = growth.locator(".kv-layer[data-layer='2'] .kv-kvrow[data-pos='3']")
     lines = tip(page, row).split("\n")
     assert lines[0] == f"{tiny.decode([seq[3]])!r} · position 3 · layer 2", lines
@@ -513,10 +529,7 @@ def test_05_kv_cache_animates(browser, lab, model):
     assert frames == 0 and toy.get_attribute("data-part") == "out"
     assert toy.locator(".kv-part.kv-current").get_attribute("data-part") == "out"
     assert [toy.locator(".kv-part.kv-input").nth(i).get_attribute("data-part") for i in range(2)] == ["weights", "V"]
-    from kvlib.views.step import TOY
-    scores = [sum(a * b for a, b in zip(TOY["q"][0], k)) / 2 for k in TOY["K"]]
-    weights = [math.exp(s) / sum(math.exp(x) for x in scores) for s in scores]
-    out = [sum(w * v[j] for w, v in zip(weights, TOY["V"])) for j in range(4)]
+    out = toy_by_hand()[-1]
     shown = [js_num(t) for t in toy.locator(".kv-part[data-part='out'] td.kv-cell").all_inner_texts()]
     assert max(abs(a - b) for a, b in zip(shown, out)) <= 0.0051, (shown, out)
     toy.locator("button", has_text="Back").click()  # the weights, mid-way: for a person to look at
@@ -524,7 +537,7 @@ def test_05_kv_cache_animates(browser, lab, model):
     shot(toy, "05-step-weights")
     toy.locator("button", has_text="Next").click()
     toy.locator("button", has_text="Next").click()
-    assert toy.locator(".kv-explain").inner_text().endswith(f"= {out[0]:.2f}. One row of 4, the only new row of "
+    assert toy.locator(".kv-explain").inner_text().endswith(f"= {out[0]:.2f}. One row of 2, the only new row of "
                                                             "this head's output.")
     step_trace = kvlib.Trace()
     step_cache = tiny.new_cache()
@@ -634,11 +647,21 @@ def check_budget_stream(page, errors, app, mirror):
             [r.input_tokens, r.cached_tokens, r.written_tokens], label
         assert rows.nth(k).locator(".kv-block").evaluate_all("cs => cs.map(c => c.dataset.state)") == r.blocks, label
     held = {key[:8].hex() for key in mirror.pc.blocks}
-    evicted = {e.key[:8].hex(): e for e in mirror.pc.events if e.kind == "evict" and e.key[:8].hex() not in held}
-    shown = rows.locator(".kv-block.kv-gone")  # evicted and not written again since
+    evicted = {e.key[:8].hex(): e for e in mirror.pc.events if e.kind == "evict"}
+    # each row as it was left: a block evicted is struck in the row that last used it, even if written again since
+    for k, q in enumerate(mirror.view.requests):
+        struck = rows.nth(k).locator(".kv-block").evaluate_all("cs => cs.map(c => c.classList.contains('kv-gone'))")
+        assert struck == [b["then"] is not None and "gone" in b["then"] for b in q["blocks"]], q["label"]
+    shown = rows.locator(".kv-block.kv-gone")
     assert evicted and set(shown.evaluate_all("cs => cs.map(c => c.dataset.hash)")) == set(evicted)
     e = evicted[shown.first.get_attribute("data-hash")]
-    assert f"{GONE[e.kind]} at {e.time:,.0f} s: no longer in the cache" in tip(page, shown.first)
+    assert f"{GONE[e.kind]} at {e.time:,.0f} s, before any later request used it" in tip(page, shown.first)
+    assert rows.locator(".kv-block.kv-gone .kv-ttl").count() == 0  # a struck chip shows no time to live
+    rewritten = [h for h in shown.evaluate_all("cs => cs.map(c => c.dataset.hash)") if h in held]
+    if rewritten:  # evicted, then written again by a later request: struck in the old row, whole in the new one
+        old = rows.locator(f".kv-block.kv-gone[data-hash='{rewritten[0]}']").first
+        assert "written again since" in tip(page, old)
+        assert rows.locator(f".kv-block:not(.kv-gone)[data-hash='{rewritten[0]}']").count() > 0
     app.locator("button:has-text('Send next request')").click()
     page.wait_for_function("(el) => el.innerText.includes('All requests sent.')", arg=app.element_handle(),
                            timeout=30_000)
@@ -665,7 +688,7 @@ def test_07_long_context_memory(browser, lab):
         m = re.search(r"per sequence of ([\d,]+) tokens.*per batch of (\d+): ([\d,]+) bytes", app.inner_text(), re.S)
         return tuple(int(g.replace(",", "")) for g in m.groups())
 
-    assert shown() == (131072, 1, memory.kv_bytes(memory.CATALOGUE["Llama-3-8B"], 131072))
+    assert shown() == (131072, 1, memory.kv_bytes(memory.CATALOGUE["Llama-3.1-8B"], 131072))  # the app's default
     app.locator("select").first.select_option("Gemma-2-9B")
     # wait for the kernel's report's heading, not the bare name: the <select>'s own options already say it
     heading = f"Gemma-2-9B: {memory.CATALOGUE['Gemma-2-9B'].n_layer} layers"

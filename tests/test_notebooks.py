@@ -2,7 +2,8 @@
 
 A lesson has a header (outcomes, time, what it assumes), glossary entries, exercise cells
 tagged `exercise` that call `exercises.check` with a registered id, a recap and "check
-yourself" questions with folded answers. A cell a learner waits on is tagged `slow` and the
+yourself" questions with folded answers. Its core, what a teacher cannot skip, is about 800 words; depth goes
+in "Going further" sections, counted apart, that no core cell depends on. A cell a learner waits on is tagged `slow` and the
 markdown before it warns with ⏱: that pair is checked here, from the notebook's text alone; how long
 each cell took is measured on every run and reported at the end of the suite (conftest's timing
 table), never asserted, because it is the machine's.
@@ -58,6 +59,65 @@ def test_there_are_notebooks():
     assert [p.name[:2] for p in NOTEBOOKS][:6] == ["01", "02", "03", "04", "05", "06"]
 
 
+GOING_FURTHER, CORE_WORDS, COURSE_WORDS = "## Going further", 900, 6000  # the core of notebooks 1-6: 6,000 words
+
+
+def going_further(path):
+    """Each cell -> True inside a "Going further" section: from a markdown cell that opens with that heading
+    to the next level-2 heading that does not. A teacher may skip these; the core is the rest."""
+    inside, marks = False, []
+    for cell in cells(path):
+        source = text(cell).lstrip()
+        if cell["cell_type"] == "markdown" and source.startswith("## "):
+            inside = source.startswith(GOING_FURTHER)
+        marks.append(inside)
+    return marks
+
+
+def words(path):
+    """(core, going further): words of a notebook's markdown, counted apart."""
+    count = {False: 0, True: 0}
+    for cell, further in zip(cells(path), going_further(path)):
+        if cell["cell_type"] == "markdown":
+            count[further] += len(re.findall(r"[A-Za-z][A-Za-z'-]*", text(cell)))
+    return count[False], count[True]
+
+
+def test_the_course_core_is_short():
+    """Notebooks 1-6, the three-hour workshop, in about the words of the essay it grew from, twice over."""
+    core = {p.stem: words(p)[0] for p in NOTEBOOKS[:6]}
+    assert sum(core.values()) <= COURSE_WORDS, f"{sum(core.values())} core words in notebooks 1-6: {core}"
+
+
+def skipping_breaks(sources, further):
+    """Code cells in order and whether each is going further -> core cells that read a name only a going-further
+    cell binds (a teacher who skips the section would see them fail)."""
+    plain, only_further, problems = set(dir(builtins)), set(), []
+    for source, skip in zip(sources, further):
+        tree = python(source)
+        if skip:
+            only_further |= binds(tree) - plain
+            continue
+        read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - binds(tree)
+        problems += [f"reads {name!r}, bound only going further: {source[:200]}" for name in sorted(read & only_further)]
+        plain |= binds(tree)
+        only_further -= binds(tree)
+    return problems
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_teacher_can_skip_going_further(path):
+    code = [(text(c), f) for c, f in zip(cells(path), going_further(path)) if c["cell_type"] == "code"]
+    problems = skipping_breaks([s for s, _ in code], [f for _, f in code])
+    assert not problems, f"{path.name}: " + "\n".join(problems)
+
+
+def test_the_reading_finds_what_skipping_would_break():
+    assert skipping_breaks(["x = 1", "print(x)"], [True, False]) == ["reads 'x', bound only going further: print(x)"]
+    assert skipping_breaks(["x = 1", "x = 2", "print(x)"], [True, False, False]) == []
+    assert skipping_breaks(["x = 1", "print(x)"], [False, True]) == []
+
+
 def test_notebooks_are_committed_without_outputs():
     for path in NOTEBOOKS:
         for cell in cells(path):
@@ -77,8 +137,8 @@ def test_each_notebook_is_a_lesson(path):
     for part in ("## What you will learn", "**Time:**", "**You need:**", "## Recap", "## Check yourself", "<details>"):
         assert part in markdown, f"{path.name} lacks {part!r}"
     assert markdown.count("> 📖 **") >= 3, f"{path.name}: fewer than 3 glossary entries"
-    words = len(re.findall(r"[A-Za-z][A-Za-z'-]*", markdown))
-    assert 1000 <= words <= 1450, f"{path.name}: {words} words of prose (about a thousand: pictures and widgets carry the rest)"
+    core, further = words(path)
+    assert 400 <= core <= CORE_WORDS, f"{path.name}: {core} words in its core, {further} going further (the core: about 800)"
     tagged = [c for c in cells(path) if "exercise" in c["metadata"].get("tags", [])]
     assert len(tagged) >= 2, f"{path.name}: {len(tagged)} exercise cells"
     for cell in tagged:
