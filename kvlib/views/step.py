@@ -74,9 +74,17 @@ class DecodeStep(View):
                                 f"the step that feeds {tokens[-1]!r}", link=link or link_for(tokens[:-1]))
 
     def summary(self):
+        def row_text(row):  # up to 8 numbers; −∞ as the mask means it
+            cut = " ".join("−∞" if x == float("-inf") else f"{x:.{self.digits}f}" for x in row[:8])
+            return cut + (" …" if len(row) > 8 else "")
+
         lines = [self.title]
         for name in PARTS:
             rows = self.parts[name]
-            lines.append(f"{name} ({len(rows)} × {len(rows[0])}): " + " | ".join(
-                " ".join(f"{x:.{self.digits}f}" for x in row[:8]) for row in rows[:4]))
+            # the last row is the new token's (K and V): never cut it; cut the middle of a long cache instead
+            shown = [row_text(r) for r in rows] if len(rows) <= 6 else \
+                [*map(row_text, rows[:2]), f"… {len(rows) - 3} rows …", row_text(rows[-1])]
+            note = "  (all 0: the newest token may read every token, so nothing is hidden)" \
+                if name == "mask" and not any(x for r in rows for x in r) else ""
+            lines.append(f"{name} ({len(rows)} × {len(rows[0])}): " + " | ".join(shown) + note)
         return "\n".join(lines)
