@@ -129,15 +129,21 @@ def widths(models):  # -> {name: dims}: the loaded models' own n_embd, then the 
 
 def position_table(model):  # GPT-2's learned position rows [n_ctx, C]
     if model.family.position_table is None:
-        raise KVLibError(f"{model.name} adds no position table: a {model.config.arch}-family model turns each "
-                         f"query and key by angles set by its position (rotary embeddings, RoPE) inside "
-                         f"attention. Load a GPT-2 model (such as 'tiny') to see positions added in.")
+        raise KVLibError(f"{model.name} adds no position table: a {model.config.arch}-family model gives position "
+                         f"inside attention (notebook 4) instead, turning numbers there by angles set by each "
+                         f"token's position (rotary embeddings, RoPE). Load a GPT-2 model (such as 'tiny') to see "
+                         f"positions added in.")
     return model.params[model.family.position_table]
 
 
 def similarity_by_distance(model):  # -> [n_ctx - 1]: mean cosine similarity of position rows d = 1, 2, ... apart
-    unit = torch.nn.functional.normalize(position_table(model).float(), dim=-1)
-    similarity = unit @ unit.T  # [n_ctx, n_ctx]
+    return rows_by_distance(position_table(model))
+
+
+def rows_by_distance(rows):  # [n, C] -> [n - 1]: mean cosine similarity of any table's rows d = 1, 2, ... apart
+    """For a table of random numbers it stays near 0 at every distance: no row is like another."""
+    unit = torch.nn.functional.normalize(rows.float(), dim=-1)
+    similarity = unit @ unit.T  # [n, n]
     return torch.stack([similarity.diagonal(d).mean() for d in range(1, len(unit))]).cpu()
 
 

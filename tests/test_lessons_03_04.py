@@ -57,6 +57,9 @@ def test_position_rows_by_distance(tiny, random_gpt2, small_llama):
         pairs = [torch.cosine_similarity(wpe[i], wpe[i + d], dim=0) for i in range(wpe.shape[0] - d)]
         assert sims[d - 1].item() == pytest.approx(torch.stack(pairs).mean().item(), abs=1e-5)
     assert sims[0] > sims[-1] + 0.05                     # trained: neighbours more alike than far positions
+    assert torch.equal(embeddings.rows_by_distance(wpe), sims)  # any table's rows: notebook 3 sets random ones beside
+    noise = embeddings.rows_by_distance(torch.randn(wpe.shape, generator=torch.Generator().manual_seed(0)))
+    assert noise.shape == sims.shape and noise[:256].abs().max() < 0.02
     # noise: about 0 wherever many pairs are averaged (the last distances have only a few pairs each)
     assert embeddings.similarity_by_distance(random_gpt2)[:512].abs().max() < 0.02
     with pytest.raises(kvlib.KVLibError, match="no position table"):

@@ -7,7 +7,8 @@ CHOICES = {"a": tokenization.gpt2, "b": lambda: tokenization.openai("cl100k_base
            "c": lambda: tokenization.openai("o200k_base")}
 
 
-@exercise("02.will_tokens", hint="Count the coloured boxes in the GPT-2 row of the app above once you type it.",
+@exercise("02.will_tokens", hint="Count the coloured boxes in the GPT-2 row of the app below: its text starts "
+                                  "with Will will.",
           explain="GPT-2 cuts 'Will will' into {answer} tokens: 'Will' and ' will' (the space belongs to the "
                   "second word), two different ids.")
 def will_tokens(model):
@@ -15,7 +16,7 @@ def will_tokens(model):
     return len(tokenization.gpt2().encode("Will will"))
 
 
-@exercise("02.space_same_id", hint="Type 'will', then ' will' (a space first), into the app above, and compare "
+@exercise("02.space_same_id", hint="Type 'will', then ' will' (a space first), into the app below, and compare "
                                     "the ids in the GPT-2 row.",
           explain="{answer}: the space is part of the chunk, so ' will' and 'will' are different entries in "
                   "the vocabulary, with different ids.")
@@ -30,7 +31,7 @@ def space_same_id(model):
           explain="({answer}) The newest vocabulary, o200k_base (about 200,000 tokens), holds many Chinese "
                   "words whole; GPT-2's 50,257 mostly cut Chinese characters into bytes.")
 def fewest_chinese(model):
-    """Which tokenizer uses the fewest tokens for the Chinese sentence? (a) GPT-2 (b) GPT-4's cl100k_base
-    (c) GPT-4o's o200k_base"""
+    """Which tokenizer uses the fewest tokens for the Chinese sentence? (a) GPT-2 (b) cl100k_base (GPT-4)
+    (c) o200k_base (GPT-4o / GPT-5)"""
     text = tokenization.SAME_SENTENCE["Chinese"]
     return min(CHOICES, key=lambda k: len(CHOICES[k]().encode(text)))

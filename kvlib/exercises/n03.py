@@ -23,7 +23,8 @@ def king_queen_or_table(smollm2):
 
 
 @exercise("03.dims_to_85", uses=("smollm2",),
-          hint="Read SmolLM2's curve in the picture above: the first dot at or above 85 %.",
+          hint="One dimension keeps only the widest difference; each one added gives the families more room. "
+               "Then run the next cell and read its curve: SmolLM2's first dot at or above 85 %.",
           explain="SmolLM2's families first reach 85 % separation with {answer} dimensions kept: fewer are too "
                   "few to hold what sets the families apart, out of the 576 its table has.")
 def dims_to_85(smollm2):
