@@ -18,64 +18,17 @@ here every row also scores (and then ignores) the other rows' slots, work that g
 batch × pool. `LayerCache.append` keeps its contract: it returns all the K and V to attend over.
 """
 
-import heapq
 from dataclasses import dataclass, field
 
 import torch
 
-from .errors import KVLibError, check_count, is_count
+from .blocks import BlockPool
+from .errors import KVLibError, check_count
 from .kv_cache import causal_mask
 
 
 def blocks_for(n_tokens, block_size):  # whole blocks that hold n tokens: only the last may be partly empty
     return -(-n_tokens // block_size)
-
-
-class BlockAllocator:
-    """n_blocks blocks handed out and taken back, with a count of holders per block: a block goes
-    back to the free list only when its last holder lets go (vLLM's block manager counts the same).
-
-    The free list is a heap, so the lowest free block goes first and the blocks in use stay packed
-    at the start of the pool (attention here reads the pool up to the last block in use)."""
-
-    def __init__(self, n_blocks):
-        check_count(n_blocks, "a pool's n_blocks")
-        self.n_blocks = n_blocks
-        self.free = list(range(n_blocks))  # sorted, so already a heap
-        self.refs = [0] * n_blocks         # holders of each block
-        self.allocated = self.freed = 0    # blocks taken from and given back to the free list, ever
-
-    def allocate(self):  # -> a block, held once
-        if not self.free:
-            raise KVLibError(f"all {self.n_blocks} blocks of the pool are in use: let a request finish "
-                             "(release it) before adding more, or make the pool larger")
-        block = heapq.heappop(self.free)
-        self.refs[block] = 1
-        self.allocated += 1
-        return block
-
-    def check(self, block):
-        if not (is_count(block) and 0 <= block < self.n_blocks):
-            raise KVLibError(f"there is no block {block!r}: blocks are numbered 0 to {self.n_blocks - 1}")
-
-    def share(self, block):  # one more holder of a block in use
-        self.check(block)
-        if self.refs[block] == 0:
-            raise KVLibError(f"block {block} is free: only a block in use can be shared")
-        self.refs[block] += 1
-
-    def release(self, block):  # one holder fewer; the last one frees it
-        self.check(block)
-        if self.refs[block] == 0:
-            raise KVLibError(f"block {block} is already free")
-        self.refs[block] -= 1
-        if self.refs[block] == 0:
-            heapq.heappush(self.free, block)
-            self.freed += 1
-
-    @property
-    def in_use(self):  # blocks held by at least one sequence
-        return self.n_blocks - len(self.free)
 
 
 @dataclass
@@ -112,7 +65,7 @@ class PagedKVCache:
     def __init__(self, n_layer, n_blocks, block_size=16):
         check_count(block_size, "block_size (tokens per block)")
         self.block_size, self.n_blocks = block_size, n_blocks
-        self.allocator = BlockAllocator(n_blocks)
+        self.pool = BlockPool(n_blocks)
         self.layers = [PagedLayer(self) for _ in range(n_layer)]
         self.sequences = {}  # id -> Sequence
         self._next_id = 0
@@ -126,7 +79,7 @@ class PagedKVCache:
         if prefix_of is not None:
             parent = self.sequence(prefix_of)
             for block in parent.blocks:
-                self.allocator.share(block)
+                self.pool.share(block)
             seq.blocks, seq.length = list(parent.blocks), parent.length
         self.sequences[self._next_id] = seq
         self._next_id += 1
@@ -134,7 +87,7 @@ class PagedKVCache:
 
     def release(self, seq_id):  # a finished sequence gives its blocks back (shared ones stay for their other holders)
         for block in self.sequence(seq_id).blocks:
-            self.allocator.release(block)
+            self.pool.release(block)
         del self.sequences[seq_id]
 
     def sequence(self, seq_id):
@@ -159,9 +112,9 @@ class PagedKVCache:
                              "scheduled: call schedule([(sequence, n), ...]) before each call")
         # all or nothing: a full pool refuses the call before any sequence has taken a slot
         need = self._blocks_needed()
-        if need > len(self.allocator.free):
+        if need > self.pool.available:  # cached blocks nobody holds count: the pool evicts them for room
             self.rows = []
-            raise KVLibError(f"this call needs {need} more blocks but {len(self.allocator.free)} of the pool's "
+            raise KVLibError(f"this call needs {need} more blocks but {self.pool.available} of the pool's "
                              f"{self.n_blocks} are free: release a finished sequence, or make the pool larger "
                              f"(nothing was changed)")
         positions, slots = [], []
@@ -190,7 +143,7 @@ class PagedKVCache:
             need += blocks_for(seq.length + n, self.block_size) - len(seq.blocks)
             if seq.length % self.block_size:
                 tail = seq.blocks[-1]
-                holders[tail] = holders.get(tail, self.allocator.refs[tail])
+                holders[tail] = holders.get(tail, self.pool.refs[tail])
                 if holders[tail] > 1:  # copied: one holder fewer, and the last one writes in place
                     need, holders[tail] = need + 1, holders[tail] - 1
         return need
@@ -198,12 +151,12 @@ class PagedKVCache:
     def _slot_for_next(self, seq):  # the pool slot where the sequence's next token goes
         offset = seq.length % self.block_size
         if offset == 0:  # its last block is full (or it has none): take a new one
-            seq.blocks.append(self.allocator.allocate())
-        elif self.allocator.refs[seq.blocks[-1]] > 1:  # shared and not full: copy it, then write into the copy
-            own = self.allocator.allocate()
+            seq.blocks.append(self.pool.allocate())
+        elif self.pool.refs[seq.blocks[-1]] > 1:  # shared and not full: copy it, then write into the copy
+            own = self.pool.allocate()
             for layer in self.layers:
                 layer.copy_block(seq.blocks[-1], own)
-            self.allocator.release(seq.blocks[-1])
+            self.pool.release(seq.blocks[-1])
             seq.blocks[-1] = own
         return seq.blocks[-1] * self.block_size + offset
 
@@ -218,5 +171,5 @@ class PagedKVCache:
         return self.layers[layer].k[:, self.token_slots(seq_id, self.layers[layer].k.device)]
 
     def __repr__(self):
-        return (f"PagedKVCache({len(self.sequences)} sequences, {self.allocator.in_use} of {self.n_blocks} blocks "
+        return (f"PagedKVCache({len(self.sequences)} sequences, {self.pool.in_use} of {self.n_blocks} blocks "
                 f"of {self.block_size} tokens in use)")

@@ -37,46 +37,18 @@ never expires before its children. Tenants never share blocks unless
 (notebook 6 and `kvlib.leak`: time to first token leaks other tenants' prompts).
 """
 
-import hashlib
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import torch
 
+from .blocks import Event, ManualClock, block_keys, full_spans  # ManualClock: PromptCache(clock=ManualClock())
 from .errors import KVLibError, check_count, is_count, is_number
 from .generate import check_sampling, generate
 
 MODES = ("automatic", "explicit")
 MAX_BREAKPOINTS = 4  # Anthropic accepts up to 4 cache_control markers per request
-
-
-class ManualClock:
-    """A clock moved by hand, so a notebook or a test can pass a five-minute TTL without waiting.
-
-    Pass it as PromptCache(..., clock=ManualClock()); it reads `now` seconds."""
-
-    def __init__(self, now=0.0):
-        self.now = float(now)
-
-    def __call__(self):
-        return self.now
-
-    def advance(self, seconds):
-        if seconds < 0:
-            raise KVLibError("a clock only moves forward: advance it by 0 seconds or more")
-        self.now += seconds
-        return self.now
-
-
-class Event(NamedTuple):
-    """What happened to one block, when: a hit, a write, an expiry or an eviction."""
-    time: float
-    tenant: str   # None for an expiry or an eviction: the cache's doing, not a request's
-    kind: str     # "hit" | "write" | "expire" | "evict"
-    depth: int    # 0 for a prompt's first block
-    key: bytes    # the block's key: the hash of its tenant and whole prefix
 
 
 @dataclass
@@ -201,35 +173,23 @@ class PromptCache:
             if cache_control is not None:
                 raise KVLibError("cache_control marks prefixes in mode='explicit'; "
                                  "mode='automatic' cuts every prompt into blocks by itself")
-            ends = list(range(self.block_size, n, self.block_size)) if n >= self.min_tokens else []
-        else:
-            marks = [] if cache_control is None else [cache_control] if is_count(cache_control) else \
-                collection(cache_control)
-            if isinstance(cache_control, str) or not all(map(is_count, marks)):
-                raise KVLibError(f"cache_control is a token count or a list of them, not {cache_control!r}")
-            marks = sorted({int(m) for m in marks})  # numpy ints become plain ones
-            if len(marks) > MAX_BREAKPOINTS:
-                raise KVLibError(f"at most {MAX_BREAKPOINTS} cache_control breakpoints per request, not {len(marks)}")
-            if marks and not 0 < marks[0] <= marks[-1] < n:
-                raise KVLibError(f"cache_control {marks} must fall inside the {n}-token prompt (1 to {n - 1}), "
-                                 "leaving at least its last token to compute")
-            ends = [m for m in marks if m >= self.min_tokens]  # shorter prefixes are never cached
+            return full_spans(n - 1, self.block_size) if n >= self.min_tokens else []  # none reaches the last token
+        marks = [] if cache_control is None else [cache_control] if is_count(cache_control) else \
+            collection(cache_control)
+        if isinstance(cache_control, str) or not all(map(is_count, marks)):
+            raise KVLibError(f"cache_control is a token count or a list of them, not {cache_control!r}")
+        marks = sorted({int(m) for m in marks})  # numpy ints become plain ones
+        if len(marks) > MAX_BREAKPOINTS:
+            raise KVLibError(f"at most {MAX_BREAKPOINTS} cache_control breakpoints per request, not {len(marks)}")
+        if marks and not 0 < marks[0] <= marks[-1] < n:
+            raise KVLibError(f"cache_control {marks} must fall inside the {n}-token prompt (1 to {n - 1}), "
+                             "leaving at least its last token to compute")
+        ends = [m for m in marks if m >= self.min_tokens]  # shorter prefixes are never cached
         return list(zip([0] + ends[:-1], ends))
 
     def block_keys(self, ids, tenant, spans):
-        """The hash of every block's whole prefix (and tenant), from the prompt's start to the block's
-        end: the same prefix cut by other marks has the same key at its end (Anthropic's cache is keyed
-        by the prefix). The tenant's name is hashed on its own first, to a fixed 16 bytes: were it joined
-        to the tokens' bytes, a name ending in token bytes could forge another tenant's key (tested)."""
-        if not isinstance(tenant, str):  # None and "None" must not share a key
-            raise KVLibError(f"a tenant is named by a string, not {tenant!r}")
-        name = ("*" if self.share_across_tenants else f"tenant:{tenant}").encode()
-        prefix = hashlib.blake2b(hashlib.blake2b(name, digest_size=16).digest(), digest_size=16)
-        keys = []
-        for start, end in spans:  # one after another from token 0: each block's tokens extend the prefix
-            prefix.update(torch.tensor(ids[start:end], dtype=torch.int64).numpy().tobytes())
-            keys.append(prefix.copy().digest())
-        return keys
+        """The hash of every block's whole prefix and tenant (blocks.block_keys, the pool's keys too)."""
+        return block_keys(ids, tenant, spans, shared=self.share_across_tenants)
 
     def prefill(self, prompt, tenant="default", cache_control=None):
         """Run a prompt through the model, reading and writing cached blocks; returns a Prefill.

@@ -251,9 +251,9 @@ def calls(model, run):
             step.calls.append(lap())
             yield
             mark = time.perf_counter()
-        step.blocks = cache.allocator.in_use
+        step.blocks = cache.pool.in_use
         run.steps.append(step)
-    a = cache.allocator
+    a = cache.pool
     run.blocks_allocated, run.blocks_freed, run.blocks_in_use = a.allocated, a.freed, a.in_use
     run.time_requests()
 
@@ -368,13 +368,13 @@ def serve_shared_prefix(model, system, users, max_new_tokens=8, block_size=16, s
         rows = [(s, system_ids + u) for s, u in zip(seqs, user_ids)]
     for answer, row in zip(out.answers, rows):  # prefills one by one, as serve does
         answer.append(sample(forward_rows(model, cache, [row])[-1]))
-    out.blocks["prompts"] = cache.allocator.in_use
+    out.blocks["prompts"] = cache.pool.in_use
     for _ in range(max_new_tokens - 1):  # then every user decodes together
         logits = forward_rows(model, cache, [(s, a[-1:]) for s, a in zip(seqs, out.answers)])  # [N, V]
         for answer, row in zip(out.answers, logits):
             answer.append(sample(row))
-    out.blocks["end"] = cache.allocator.in_use
+    out.blocks["end"] = cache.pool.in_use
     for s in list(cache.sequences):
         cache.release(s)
-    out.blocks_allocated, out.blocks_freed = cache.allocator.allocated, cache.allocator.freed
+    out.blocks_allocated, out.blocks_freed = cache.pool.allocated, cache.pool.freed
     return out

@@ -10,7 +10,7 @@ import torch
 from kvlib import KVLibError, generate, generate_batch
 from kvlib.batching import forward_rows
 from kvlib.generate import sample
-from kvlib.paged_cache import BlockAllocator, PagedKVCache
+from kvlib.paged_cache import PagedKVCache
 
 from bounds import assert_logits_close, hf_logits
 from conftest import hf_greedy, hf_model
@@ -102,7 +102,7 @@ def test_a_shared_prefix_is_copied_before_it_is_written(tiny, hf_tiny):
     forward_rows(tiny, cache, [(owner, system)])
     before = cache.keys(0, owner).clone()
     a, b = cache.add(prefix_of=owner), cache.add(prefix_of=owner)
-    assert cache.allocator.in_use == 2 and cache.allocator.refs[:2] == [3, 3]  # two blocks, three holders each
+    assert cache.pool.in_use == 2 and cache.pool.refs[:2] == [3, 3]  # two blocks, three holders each
     rows = [(a, tiny.encode(" hello")), (b, tiny.encode(" to the moon and back"))]
     logits = forward_rows(tiny, cache, rows)
     for (seq, ids), row in zip(rows, logits):
@@ -112,7 +112,7 @@ def test_a_shared_prefix_is_copied_before_it_is_written(tiny, hf_tiny):
     assert len({cache.sequences[s].blocks[1] for s in (owner, a, b)}) == 3  # half full: each has its own copy
     for seq in (owner, a, b):
         cache.release(seq)
-    assert cache.allocator.in_use == 0 and cache.allocator.allocated == cache.allocator.freed
+    assert cache.pool.in_use == 0 and cache.pool.allocated == cache.pool.freed
 
 
 def test_blocks_are_given_back(tiny):
@@ -120,14 +120,14 @@ def test_blocks_are_given_back(tiny):
     seqs = [cache.add() for _ in range(3)]
     forward_rows(tiny, cache, [(seqs[0], list(range(1, 10)))])  # 9 tokens: 3 blocks
     forward_rows(tiny, cache, [(seqs[1], [5, 6])])
-    assert cache.allocator.in_use == 4
+    assert cache.pool.in_use == 4
     cache.release(seqs[0])
-    assert cache.allocator.free[0] == 0  # its blocks are free again, lowest first
+    assert cache.pool.free[0] == 0  # its blocks are free again, lowest first
     forward_rows(tiny, cache, [(seqs[2], [7] * 12)])  # takes them back
     assert sorted(cache.sequences[seqs[2]].blocks) == [0, 1, 2]
     for seq in seqs[1:]:
         cache.release(seq)
-    assert cache.allocator.allocated == cache.allocator.freed == 7 and cache.allocator.in_use == 0
+    assert cache.pool.allocated == cache.pool.freed == 7 and cache.pool.in_use == 0
 
 
 def test_clear_errors(tiny):
@@ -157,15 +157,6 @@ def test_clear_errors(tiny):
             generate_batch(tiny, not_a_list)
     with pytest.raises(KVLibError, match="empty"):
         generate_batch(tiny, ["fine", ""])
-    allocator = BlockAllocator(2)
-    with pytest.raises(KVLibError, match="already free"):
-        allocator.release(0)
-    with pytest.raises(KVLibError, match="only a block in use"):
-        allocator.share(1)
-    for block in (-1, 2, 1.0):
-        with pytest.raises(KVLibError, match="blocks are numbered 0 to 1"):
-            allocator.release(block)
-    assert allocator.free == [0, 1]
 
 
 def test_a_refused_call_changes_nothing(tiny, hf_tiny):
@@ -175,7 +166,7 @@ def test_a_refused_call_changes_nothing(tiny, hf_tiny):
     a, b = cache.add(), cache.add()
     forward_rows(tiny, cache, [(a, [1, 2, 3, 4])])  # one full block
     forward_rows(tiny, cache, [(b, [5, 6, 7])])     # one block, a slot left
-    held = lambda: ({s: (q.length, list(q.blocks)) for s, q in cache.sequences.items()}, list(cache.allocator.refs))
+    held = lambda: ({s: (q.length, list(q.blocks)) for s, q in cache.sequences.items()}, list(cache.pool.refs))
     before = held()
     with pytest.raises(KVLibError, match="needs 2 more blocks but 1 of the pool's 3 are free"):
         forward_rows(tiny, cache, [(a, [8]), (b, [9, 10])])  # a new block each; one is free
@@ -203,8 +194,8 @@ def test_two_holders_of_a_shared_part_full_block_in_one_call_take_one_copy(tiny,
     a = cache.add()
     forward_rows(tiny, cache, [(a, [1, 2, 3, 4, 5, 6])])  # a full block and a half-full one
     b = cache.add(prefix_of=a)
-    assert cache.allocator.refs == [2, 2, 0]
+    assert cache.pool.refs == [2, 2, 0]
     logits = forward_rows(tiny, cache, [(a, [7]), (b, [8])])
-    assert cache.allocator.refs == [2, 1, 1] and cache.allocator.in_use == 3
+    assert cache.pool.refs == [2, 1, 1] and cache.pool.in_use == 3
     for row, ids in enumerate(([1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 4, 5, 6, 8])):
         assert_logits_close(logits[row], hf_logits(hf_tiny[0], ids)[-1], tiny)
