@@ -1,12 +1,19 @@
 """A paged KV cache that many sequences share: how a server holds a batch, as vLLM does.
 
-The KV memory is one pool of fixed-size blocks per layer (`block_size` tokens each). Every
-sequence has a block table, the list of blocks that hold its tokens in order, wherever they
-lie: a sequence takes a block only when its last one is full, and gives its blocks back when
-it ends. Sequences that begin alike (one system prompt, many users) hold the same blocks,
-counted by reference; the first to write into a shared block that is not full copies it first
-(copy-on-write), so nobody's tokens change under another's feet. Kwon et al., "Efficient
-Memory Management for Large Language Model Serving with PagedAttention" (SOSP 2023).
+The KV memory is one pool of fixed-size blocks per layer (`block_size` tokens each), handed out
+by a `BlockPool` (blocks.py). Every sequence has a block table, the list of blocks that hold its
+tokens in order, wherever they lie: a sequence takes a block only when its last one is full, and
+gives its blocks back when it ends. Sequences that begin alike (one system prompt, many users)
+hold the same blocks, counted by reference; the first to write into a shared block that is not
+full copies it first (copy-on-write), so nobody's tokens change under another's feet. Kwon et
+al., "Efficient Memory Management for Large Language Model Serving with PagedAttention" (SOSP 2023).
+
+Prefix caching (vLLM's automatic prefix caching): a sequence added with the prompt it will be fed
+files each of that prompt's blocks in the pool's index as it fills, under the hash of its tenant
+and whole prefix. A later prompt with the same start holds those blocks from the index, by
+reference, whether their first sequence is still running or has ended (the index keeps unheld
+blocks until their memory is needed), and only the rest of it is fed. A full block is never
+written again, so it is shared without a copy.
 
 The forward pass does not know it serves a batch. A call's new tokens are the rows of every
 sequence the caller `schedule`s, one after another (packed, no padding); the matmuls treat rows
@@ -22,8 +29,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .blocks import BlockPool
-from .errors import KVLibError, check_count
+from .blocks import BlockPool, block_keys, full_spans
+from .errors import KVLibError, check_count, is_count
 from .kv_cache import causal_mask
 
 
@@ -35,6 +42,10 @@ def blocks_for(n_tokens, block_size):  # whole blocks that hold n tokens: only t
 class Sequence:
     blocks: list = field(default_factory=list)  # its block table: block ids, in token order
     length: int = 0                             # tokens held; token t sits in blocks[t // block_size]
+    reused: int = 0                             # tokens it started with, its blocks shared: a cached prefix or prefix_of's
+    tenant: str = None
+    keys: list = field(default_factory=list)    # keys of its prompt's full blocks (add's prompt_ids), in order
+    filed: int = 0                              # of its blocks, those in the index (its first `filed`)
 
 
 class PagedLayer:
@@ -62,10 +73,10 @@ class PagedKVCache:
     """Many sequences' K and V in one pool of blocks per layer. The caller adds sequences, says which
     get how many new tokens in the next forward call (`schedule`), and releases them when done."""
 
-    def __init__(self, n_layer, n_blocks, block_size=16):
+    def __init__(self, n_layer, n_blocks, block_size=16, ttl_seconds=None, clock=None):
         check_count(block_size, "block_size (tokens per block)")
         self.block_size, self.n_blocks = block_size, n_blocks
-        self.pool = BlockPool(n_blocks)
+        self.pool = BlockPool(n_blocks, ttl_seconds, clock)
         self.layers = [PagedLayer(self) for _ in range(n_layer)]
         self.sequences = {}  # id -> Sequence
         self._next_id = 0
@@ -73,14 +84,30 @@ class PagedKVCache:
         self.slots = None    # [T] pool slot of each new row, set by admit
         self.span = 0        # slots attention reads: up to the end of the last block in use
 
-    def add(self, prefix_of=None):  # -> a new sequence's id
-        """An empty sequence, or one that starts with every token `prefix_of` holds, sharing its blocks."""
-        seq = Sequence()
+    def add(self, prompt_ids=None, tenant="default", prefix_of=None):  # -> a new sequence's id
+        """A new sequence: empty; or, given the prompt it will be fed (token ids), starting with the longest
+        prefix of it whose full blocks the index holds for its tenant; or starting with every token the live
+        sequence `prefix_of` holds. Either way it shares those blocks by reference, and
+        `sequence(id).reused` says how many tokens they hold: feed it prompt_ids[reused:]. A cached prefix
+        stops before the prompt's last token, whose logits pick the first answer token."""
+        if prompt_ids is not None and prefix_of is not None:
+            raise KVLibError("give add() prompt_ids (to reuse cached blocks) or prefix_of (to share a live "
+                             "sequence's blocks), not both")
+        seq = Sequence(tenant=tenant)
         if prefix_of is not None:
             parent = self.sequence(prefix_of)
             for block in parent.blocks:
                 self.pool.share(block)
             seq.blocks, seq.length = list(parent.blocks), parent.length
+        elif prompt_ids is not None:
+            if isinstance(prompt_ids, str) or not all(map(is_count, prompt_ids)):
+                raise KVLibError(f"prompt_ids are the prompt's token ids (model.encode(text) gives them), "
+                                 f"not {prompt_ids!r:.40}")
+            n, bs = len(prompt_ids), self.block_size
+            seq.keys = block_keys(list(prompt_ids), tenant, full_spans(n, bs))
+            seq.blocks = self.pool.lookup(seq.keys[:(n - 1) // bs], tenant)  # blocks ending before the last token
+            seq.filed, seq.length = len(seq.blocks), len(seq.blocks) * bs
+        seq.reused = seq.length
         self.sequences[self._next_id] = seq
         self._next_id += 1
         return self._next_id - 1
@@ -124,6 +151,7 @@ class PagedKVCache:
                 slots.append(self._slot_for_next(seq))
                 positions.append(seq.length)
                 seq.length += 1
+            self._file(seq)  # its blocks this call fills: written by the call, before any add() can look them up
         self.span = (max(b for seq in self.sequences.values() for b in seq.blocks) + 1) * self.block_size
         mask = torch.full((t_new, self.span), float("-inf"), device=device)
         row = 0
@@ -147,6 +175,13 @@ class PagedKVCache:
                 if holders[tail] > 1:  # copied: one holder fewer, and the last one writes in place
                     need, holders[tail] = need + 1, holders[tail] - 1
         return need
+
+    def _file(self, seq):  # put the sequence's full prompt blocks in the index, in order
+        for j in range(seq.filed, min(seq.length // self.block_size, len(seq.keys))):
+            if not self.pool.register(seq.blocks[j], seq.keys[j], seq.blocks[j - 1] if j else None, seq.tenant):
+                seq.keys = seq.keys[:j]  # another sequence filed this prefix first: the rest would hang off a block
+                return                   # the index does not hold, a hole
+            seq.filed = j + 1
 
     def _slot_for_next(self, seq):  # the pool slot where the sequence's next token goes
         offset = seq.length % self.block_size
@@ -172,4 +207,4 @@ class PagedKVCache:
 
     def __repr__(self):
         return (f"PagedKVCache({len(self.sequences)} sequences, {self.pool.in_use} of {self.n_blocks} blocks "
-                f"of {self.block_size} tokens in use)")
+                f"of {self.block_size} tokens in use, {self.pool.cached} cached)")

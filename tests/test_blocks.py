@@ -5,10 +5,18 @@ never leaves a hole. Every check here is a count or an identity the pool keeps, 
 import random
 
 import pytest
+import torch
 
 import kvlib
 from kvlib import KVLibError
+from kvlib.batching import forward_rows
 from kvlib.blocks import BlockPool, ManualClock, block_keys, full_spans
+from kvlib.generate import sample
+from kvlib.measure import random_ids
+from kvlib.paged_cache import PagedKVCache, blocks_for
+
+from bounds import assert_logits_close, hf_logits
+from conftest import hf_greedy, hf_model
 
 
 def check_pool(pool, held):
@@ -109,6 +117,88 @@ def test_eviction_takes_unheld_leaves_least_recently_used_first_and_never_leaves
     assert kinds == {"hit", "write", "evict", "expire"}
 
 
+@pytest.mark.parametrize("name", ["tiny", "small_llama"])  # GPT-2's position table, and RoPE with grouped heads
+def test_rows_after_a_prefix_hit_equal_an_uncached_pass(name, request):
+    """A prompt of 13 tokens files its 3 full blocks of 4; after it ends, a prompt that starts with the same
+    12 tokens holds those blocks and is fed only the rest. Every row it computes, and each decode step after,
+    gives the logits transformers gives the whole text in one pass, with no cache at all. A third prompt hits
+    the first two blocks while the second still holds them; one that is nothing but the cached prefix still
+    feeds its last block, whose last token's logits pick its first answer token."""
+    model, hf = request.getfixturevalue(name), hf_model(request, name)
+    cache = PagedKVCache(model.config.n_layer, n_blocks=16, block_size=4)
+    shared = random_ids(model, 12, seed=3)
+    first = cache.add(shared + [7])
+    forward_rows(model, cache, [(first, shared + [7])])
+    cached = cache.sequence(first).blocks[:3]
+    cache.release(first)
+    assert (cache.pool.cached, cache.pool.in_use) == (3, 0)
+
+    text = shared + [5, 6, 2]
+    second = cache.add(text)
+    assert cache.sequence(second).reused == 12 and cache.sequence(second).blocks == cached  # by reference
+    cache.schedule([(second, 3)])
+    logits = model.family.forward(torch.tensor(text[12:]), model.params, model.config, cache)  # [3, V]
+    assert_logits_close(logits, hf_logits(hf, text)[12:], model)
+    for t in (9, 4):
+        text.append(t)
+        assert_logits_close(forward_rows(model, cache, [(second, [t])])[-1], hf_logits(hf, text)[-1], model)
+
+    other = shared[:9] + [1, 1, 1]  # its third block differs: two blocks hit, held by both
+    third = cache.add(other)
+    assert cache.sequence(third).reused == 8 and cache.pool.refs[cached[0]] == cache.pool.refs[cached[1]] == 2
+    whole = cache.add(shared)  # 12 tokens, 3 full blocks: the last is fed, not read
+    assert cache.sequence(whole).reused == 8
+    assert cache.sequence(cache.add(shared, tenant="mallory")).reused == 0  # tenants never share a block
+    rows = forward_rows(model, cache, [(third, other[8:]), (whole, shared[8:])])  # [2, V]
+    assert_logits_close(rows[0], hf_logits(hf, other)[-1], model)
+    assert_logits_close(rows[1], hf_logits(hf, shared)[-1], model)
+
+
+def test_eviction_while_requests_run_never_takes_a_live_block(tiny, hf_tiny):
+    """Requests that share an 8-token system prompt (two blocks of 4), some asked again, run two at a time on a
+    pool of 7 blocks, each admitted when the blocks all live ones will hold at their ends fit (as serve admits),
+    under a clock that ticks 4 s a decode step and a 30 s TTL passed once, before request 7. The pool keeps
+    what ended while it has room, evicts least recently used leaves when it needs room, and expires what waited
+    too long, never a held block (Watched checks each drop as it happens); after every forward call no live
+    sequence has lost a block and the index has no hole (check_pool), and every answer is transformers'
+    greedy answer to its prompt alone."""
+    clock = ManualClock()
+    cache = PagedKVCache(tiny.config.n_layer, n_blocks=7, block_size=4)
+    cache.pool = Watched(7, ttl_seconds=30, clock=clock)  # the same pool, checking each drop as it happens
+    system = random_ids(tiny, 8, seed=5)
+    p = [system + random_ids(tiny, k, seed=40 + k) for k in (1, 6, 2, 9, 3)]
+    prompts = [p[0], p[1], p[2], p[1], p[3], p[4], p[2], random_ids(tiny, 15, seed=9), p[0], p[3]]
+    need = [blocks_for(len(prompt) + 2, 4) for prompt in prompts]  # held at the end: 3 answer tokens, the last unfed
+    answers, reused, live = [[] for _ in prompts], [], {}  # live: request -> sequence
+
+    def decode():  # one step: every live request takes a token; those with 3 leave
+        clock.advance(4)
+        logits = forward_rows(tiny, cache, [(s, answers[j][-1:]) for j, s in live.items()])
+        check_pool(cache.pool, {s: q.blocks for s, q in cache.sequences.items()})
+        for (j, s), row in zip(list(live.items()), logits):
+            answers[j].append(sample(row))
+            if len(answers[j]) == 3:
+                cache.release(live.pop(j))
+
+    for i, prompt in enumerate(prompts):
+        while live and (len(live) == 2 or sum(need[j] for j in live) + need[i] > 7):
+            decode()
+        clock.advance(31 if i == 7 else 0)
+        live[i] = cache.add(prompt)
+        reused.append(cache.sequence(live[i]).reused)
+        answers[i].append(sample(forward_rows(tiny, cache, [(live[i], prompt[reused[-1]:])])[-1]))
+        check_pool(cache.pool, {s: q.blocks for s, q in cache.sequences.items()})
+    while live:
+        decode()
+    assert {e.kind for e in cache.pool.events} == {"hit", "write", "evict", "expire"}
+    # every request after the first reads the system prompt's 8 tokens, and p[1] asked again its own third
+    # block too; the pause before request 7 expired every unheld block, the system prompt's too (nobody held
+    # it), so request 8 computes it again, and request 9 reads it from there
+    assert reused == [0, 8, 8, 12, 8, 8, 8, 0, 0, 8]
+    for prompt, answer in zip(prompts, answers):
+        assert answer == hf_greedy(hf_tiny[0], prompt, 3, stop_at_eos=False)
+
+
 def test_tenants_never_share_a_key_and_prompt_cache_keys_its_blocks_the_same_way(tiny):
     ids, spans = list(range(10, 42)), full_spans(32, 16)
     assert block_keys(ids, "alice", spans) != block_keys(ids, "bob", spans)
@@ -142,3 +232,11 @@ def test_clear_errors():
         BlockPool(0)
     with pytest.raises(KVLibError, match="a tenant is named by a string"):
         block_keys([1, 2], None, [(0, 2)])
+    cache = PagedKVCache(1, n_blocks=2, block_size=4)
+    with pytest.raises(KVLibError, match="prompt_ids .* or prefix_of .*, not both"):
+        cache.add([1, 2], prefix_of=cache.add())
+    for not_ids in ("To be", [1, 2.0]):
+        with pytest.raises(KVLibError, match="prompt's token ids .*model.encode"):
+            cache.add(not_ids)
+    with pytest.raises(KVLibError, match="a tenant is named by a string"):
+        cache.add([1, 2], tenant=None)
