@@ -20,6 +20,14 @@ are free, counting what the running ones will still take. Without preemption thi
 pool from running dry mid-answer; vLLM admits on the prompt's blocks alone and preempts (recomputes)
 a request when the pool is full.
 
+Prefix caching (on by default, vLLM's automatic prefix caching): each request's prompt is looked up
+in the pool's index (blocks.py), so a request whose prompt starts as an earlier one's did (a system
+prompt, a conversation sent again) holds those full blocks by reference and its prefill computes
+only the rest; `Served.reused` counts the tokens it read. Blocks the index keeps for requests that
+have ended count as free for admission: the pool evicts them when it needs their memory, and a
+running request holds every block of its prefix, so none of them can be in the way. The answers are
+the same with and without it (greedy): the same K and V, read instead of computed.
+
 The stream arrives all at once, at time 0 (a burst, as a benchmark replays one): time to first token
 and latency are then measured from the start, and which request runs when depends on the seed alone,
 never on how fast a step happened to run on a busy machine: so both are counted in steps too
@@ -67,6 +75,7 @@ class Request:
     label: str
     prompt_ids: list
     max_new_tokens: int  # the answer's length: it stops after exactly this many tokens
+    tenant: str = "default"  # prefix caching shares blocks only between requests of one tenant
 
 
 @dataclass
@@ -74,6 +83,7 @@ class Served:  # one request's life in a run; times in seconds from the start (w
     request: Request
     slot: int = -1
     ids: list = field(default_factory=list)  # its answer
+    reused: int = 0       # prompt tokens read from the pool's index (prefix caching), not computed
     first: tuple = ()     # (step, call) that made its first token: its prefill
     last: tuple = ()      # (step, call) that made its last token
     ttft: float = 0.0     # time to first token
@@ -107,11 +117,13 @@ class ServingRun:
     max_batch: int
     block_size: int
     n_blocks: int
+    prefix_caching: bool = True
     served: list = field(default_factory=list)  # [Served], in the stream's order
     steps: list = field(default_factory=list)   # [Step]
     blocks_allocated: int = 0
-    blocks_freed: int = 0
+    blocks_freed: int = 0                       # the run ends by emptying the index, so these count every block
     blocks_in_use: int = 0                      # at the end: 0 when every request gave its blocks back
+    blocks_cached: int = 0                      # blocks the index still kept when the last request left
 
     @property
     def seconds(self):  # wall clock of the whole run: the calls follow one another with nothing between
@@ -177,7 +189,7 @@ def blocks_needed(request, block_size):  # blocks it holds at its end: the last 
     return blocks_for(len(request.prompt_ids) + request.max_new_tokens - 1, block_size)
 
 
-def new_run(model, requests, policy="continuous", max_batch=4, block_size=16, n_blocks=None):
+def new_run(model, requests, policy="continuous", max_batch=4, block_size=16, n_blocks=None, prefix_caching=True):
     """A ServingRun not yet run, its arguments checked. n_blocks: the pool (default: enough for the
     max_batch largest requests, so slots, not blocks, are the limit)."""
     if policy not in POLICIES:
@@ -200,13 +212,14 @@ def new_run(model, requests, policy="continuous", max_batch=4, block_size=16, n_
         raise KVLibError(f"request {requests[need.index(max(need))].label} needs {max(need)} blocks of {block_size} "
                          f"tokens, more than the pool's {n_blocks}: give a larger n_blocks (or None: room for the "
                          f"max_batch largest requests)")
-    return ServingRun(policy, max_batch, block_size, n_blocks, served=[Served(r) for r in requests])
+    return ServingRun(policy, max_batch, block_size, n_blocks, bool(prefix_caching), served=[Served(r) for r in requests])
 
 
 def calls(model, run):
-    """Run `run` (from new_run), one forward call at a time: a generator that yields after each call, so two
-    runs can take turns call by call (side_by_side). Each call's time runs from its resumption to the end of
-    its sampling and bookkeeping; time spent outside, between a yield and the next resumption, is not counted."""
+    """Run `run` (from new_run), one forward call at a time: a generator that yields its PagedKVCache after
+    each call, so two runs can take turns call by call (side_by_side) and a test can watch the pool. Each
+    call's time runs from its resumption to the end of its sampling and bookkeeping; time spent outside,
+    between a yield and the next resumption, is not counted."""
     requests = [s.request for s in run.served]
     need = [blocks_needed(r, run.block_size) for r in requests]
     cache = PagedKVCache(model.config.n_layer, run.n_blocks, run.block_size)
@@ -235,35 +248,41 @@ def calls(model, run):
         running = [i for i in slots if i is not None]
         if run.policy == "continuous" or not running:  # static: only into an empty batch
             for slot in range(run.max_batch):
+                # free: every block no running request will hold, cached ones too (the pool evicts them)
                 if slots[slot] is None and waiting and need[waiting[0]] <= run.n_blocks - promised:
                     i = waiting.popleft()  # first come, first served: nobody overtakes the head of the queue
-                    slots[slot], seq[i], promised = i, cache.add(), promised + need[i]
-                    run.served[i].slot, step.cells[slot] = slot, (i, "prefill")
-                    logits = forward_rows(model, cache, [(seq[i], requests[i].prompt_ids)])  # [1, V]
+                    prompt = requests[i].prompt_ids
+                    seq[i] = cache.add(prompt if run.prefix_caching else None, requests[i].tenant)
+                    slots[slot], promised, s = i, promised + need[i], run.served[i]
+                    s.slot, s.reused, step.cells[slot] = slot, cache.sequence(seq[i]).reused, (i, "prefill")
+                    logits = forward_rows(model, cache, [(seq[i], prompt[s.reused:])])  # [1, V]: the rest of it
                     took(i, sample(logits[-1]), (len(run.steps), len(step.calls)))
                     step.calls.append(lap())
-                    yield
+                    yield cache
                     mark = time.perf_counter()
         if running:  # one token for each request that was running before this step
             logits = forward_rows(model, cache, [(seq[i], run.served[i].ids[-1:]) for i in running])  # [len(running), V]
             for i, row in zip(running, logits):
                 took(i, sample(row), (len(run.steps), len(step.calls)))
             step.calls.append(lap())
-            yield
+            yield cache
             mark = time.perf_counter()
         step.blocks = cache.pool.in_use
         run.steps.append(step)
-    a = cache.pool
-    run.blocks_allocated, run.blocks_freed, run.blocks_in_use = a.allocated, a.freed, a.in_use
+    pool = cache.pool
+    run.blocks_cached = pool.cached
+    pool.clear()  # the run's server stops: what its index kept goes back too, so a lost block would show
+    run.blocks_allocated, run.blocks_freed, run.blocks_in_use = pool.allocated, pool.freed, pool.in_use
     run.time_requests()
 
 
-def serve(model, requests, policy="continuous", max_batch=4, block_size=16, n_blocks=None):
+def serve(model, requests, policy="continuous", max_batch=4, block_size=16, n_blocks=None, prefix_caching=True):
     """Serve `requests` (all arrived at time 0) greedily, static or continuous; -> a ServingRun.
 
     Each step records which request holds which slot, whether it was that request's prefill or a
-    decode, and the wall clock of each of its forward calls (see new_run for n_blocks)."""
-    run = new_run(model, requests, policy, max_batch, block_size, n_blocks)
+    decode, and the wall clock of each of its forward calls (see new_run for n_blocks). With
+    prefix_caching, each request's prefill reads its prompt's longest cached prefix (Served.reused)."""
+    run = new_run(model, requests, policy, max_batch, block_size, n_blocks, prefix_caching)
     for _ in calls(model, run):
         pass
     return run
@@ -281,7 +300,7 @@ def fastest(runs):
     return replace(first, steps=steps, served=[replace(s) for s in first.served]).time_requests()
 
 
-def side_by_side(model, requests, max_batch=4, block_size=16, n_blocks=None, repeats=3):
+def side_by_side(model, requests, max_batch=4, block_size=16, n_blocks=None, repeats=3, prefix_caching=True):
     """Static and continuous batching on the same requests, measured together; -> {policy: fastest(its runs)}.
 
     After a warm-up run of each, `repeats` rounds in which the two runs take turns call by call, the one less
@@ -293,10 +312,10 @@ def side_by_side(model, requests, max_batch=4, block_size=16, n_blocks=None, rep
     check_repeats(repeats)
     runs = {policy: [] for policy in POLICIES}
     with one_thread():
-        total = {p: sum(len(s.calls) for s in serve(model, requests, p, max_batch, block_size, n_blocks).steps)
-                 for p in POLICIES}
+        total = {p: sum(len(s.calls) for s in serve(model, requests, p, max_batch, block_size, n_blocks,
+                                                    prefix_caching).steps) for p in POLICIES}
         for _ in range(repeats):
-            live = {p: new_run(model, requests, p, max_batch, block_size, n_blocks) for p in POLICIES}
+            live = {p: new_run(model, requests, p, max_batch, block_size, n_blocks, prefix_caching) for p in POLICIES}
             turns, done = {p: calls(model, live[p]) for p in POLICIES}, dict.fromkeys(POLICIES, 0)
             while turns:
                 p = min(turns, key=lambda p: done[p] / total[p])

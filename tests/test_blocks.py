@@ -11,6 +11,7 @@ import kvlib
 from kvlib import KVLibError
 from kvlib.batching import forward_rows
 from kvlib.blocks import BlockPool, ManualClock, block_keys, full_spans
+from kvlib.compression import heldout_ids
 from kvlib.generate import sample
 from kvlib.measure import random_ids
 from kvlib.paged_cache import PagedKVCache, blocks_for
@@ -165,9 +166,10 @@ def test_eviction_while_requests_run_never_takes_a_live_block(tiny, hf_tiny):
     clock = ManualClock()
     cache = PagedKVCache(tiny.config.n_layer, n_blocks=7, block_size=4)
     cache.pool = Watched(7, ttl_seconds=30, clock=clock)  # the same pool, checking each drop as it happens
-    system = random_ids(tiny, 8, seed=5)
-    p = [system + random_ids(tiny, k, seed=40 + k) for k in (1, 6, 2, 9, 3)]
-    prompts = [p[0], p[1], p[2], p[1], p[3], p[4], p[2], random_ids(tiny, 15, seed=9), p[0], p[3]]
+    play = heldout_ids(tiny, 600)  # text: tiny answers random ids alike, whatever they are
+    system = play[:8]
+    p = [system + play[a:a + n] for a, n in ((100, 1), (200, 6), (300, 2), (400, 9), (500, 3))]
+    prompts = [p[0], p[1], p[2], p[1], p[3], p[4], p[2], play[50:65], p[0], p[3]]
     need = [blocks_for(len(prompt) + 2, 4) for prompt in prompts]  # held at the end: 3 answer tokens, the last unfed
     answers, reused, live = [[] for _ in prompts], [], {}  # live: request -> sequence
 

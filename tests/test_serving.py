@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from kvlib import KVLibError, memory, paging, serving
+from kvlib.compression import heldout_ids
 from kvlib.longcontext import one_thread
 from kvlib.measure import random_ids
 from test_generate import hf_greedy
@@ -190,6 +191,38 @@ def test_a_full_pool_keeps_first_come_first_served(tiny, policy):
     # then B's 20 tokens 3, C's and D's 3 one each; C and D leave after step 7 (4 tokens, still 1 block each)
     assert [step.blocks for step in run.steps] == [3, 3, 3, 3, 3, 0, 5, 3, 3, 0]
     assert run.blocks_allocated == run.blocks_freed == 4 + 3 + 1 + 1 and run.blocks_in_use == 0
+    # prefix caching kept A's 2 full prompt blocks after it left, and they counted as free at step 6: C and D
+    # took their memory (evicted); at the end the index keeps B's 2, then the run gives them back too
+    assert run.blocks_cached == 2 and [s.reused for s in run.served] == [0] * 4
+
+
+def test_users_sharing_a_system_prompt_reuse_its_blocks_and_answer_as_alone(tiny, hf_tiny):
+    """Eight users after one 64-token system prompt (4 full blocks of 16), the sixth asking what the second did,
+    served continuously with prefix caching. Every request after the first reads at least the system prompt's
+    64 tokens, the repeat 80 (the second's fifth block too); the answers are those without prefix caching, and
+    transformers' greedy answers to each prompt alone. After every forward call the pool's counters add up:
+    allocated == freed + cached (kept by the index, no holder) + in use, and in use is exactly the blocks the
+    live requests' tables name."""
+    play = heldout_ids(tiny, 600)  # text, not random ids: tiny answers random ids alike, whatever they are
+    system = play[:64]
+    own = [play[a:a + n] for a, n in ((100, 3), (200, 20), (300, 1), (400, 40), (500, 7))]
+    own += [own[1], play[150:166], play[250:255]]
+    requests = [serving.Request(serving.label(i), system + u, 6) for i, u in enumerate(own)]
+    run = serving.new_run(tiny, requests, "continuous", max_batch=4, block_size=16)
+    for cache in serving.calls(tiny, run):
+        pool = cache.pool
+        assert pool.allocated == pool.freed + pool.cached + pool.in_use
+        assert pool.in_use == len({b for q in cache.sequences.values() for b in q.blocks})
+    assert [s.reused for s in run.served] == [0, 64, 64, 64, 64, 80, 64, 64]
+    off = serving.serve(tiny, requests, "continuous", max_batch=4, block_size=16, prefix_caching=False)
+    assert [s.reused for s in off.served] == [0] * 8 and off.blocks_cached == 0
+    assert [s.ids for s in run.served] == [s.ids for s in off.served]
+    for r, s in zip(requests, run.served):
+        assert s.ids == hf_greedy(hf_tiny[0], r.prompt_ids, 6, stop_at_eos=False), r.label
+    assert run.blocks_cached > 0 and run.blocks_allocated == run.blocks_freed and run.blocks_in_use == 0
+    # the system prompt's blocks held once: fewer taken, fewer held at once
+    assert run.blocks_allocated < off.blocks_allocated
+    assert max(step.blocks for step in run.steps) < max(step.blocks for step in off.steps)
 
 
 def test_request_stream_is_seeded_and_scaled(tiny):
