@@ -110,11 +110,16 @@ def toy_prefill():  # -> HeadSteps of the toy head over TOY_TOKENS
 TOY_NEXT, TOY_NEXT_E = ",", [1, 1, 1]
 
 
+def toy_next():  # -> HeadSteps of the toy head over TOY_NEXT alone: its E [1, 3] and its Q, K, V [1, 2]
+    """The next token through the prefill's own W_Q, W_K and W_V: what a cached step computes anew."""
+    steps, zero = toy_prefill(), torch.zeros(2, dtype=torch.float64)
+    E = torch.tensor([TOY_NEXT_E], dtype=torch.float64)  # [1, C]
+    return head_steps([TOY_NEXT], E, steps.WQ, zero, steps.WK, zero, steps.WV, zero)
+
+
 def toy_cached_step():  # -> tokens, q [1, hs], K [5, hs], V [5, hs]: the prefill's K and V kept, one row added
-    steps = toy_prefill()
-    e = torch.tensor([TOY_NEXT_E], dtype=torch.float64)  # [1, C]
-    return ([*steps.tokens, TOY_NEXT], e @ steps.WQ,
-            torch.cat([steps.K, e @ steps.WK]), torch.cat([steps.V, e @ steps.WV]))
+    steps, new = toy_prefill(), toy_next()
+    return [*steps.tokens, TOY_NEXT], new.Q, torch.cat([steps.K, new.K]), torch.cat([steps.V, new.V])
 
 
 def _num(x, digits):  # one number as the toy prints it: whole numbers bare, -inf as −∞

@@ -191,7 +191,7 @@ STEP_PARTS = {  # what one cached decode step computes in a layer, in order
     "v": "its value, appended to the cache",
     "K": "every key in the cache, this token's included",
     "V": "every value in the cache",
-    "scores": "q · K / sqrt(head size): one row per head",
+    "scores": "q·Kᵀ / √head_dim: one row per head",
     "weights": "softmax of the scores: one new row of the grid",
     "out": "weights · V: one output row per head",
 }

@@ -319,6 +319,20 @@ class GridFilling(App):
         """Largest change of any old row, in any layer and head, from one step to the next (0: none changed)."""
         return max(_largest_change(b, a) for b, a in zip(self.traces, self.traces[1:]))
 
+    def summary(self):
+        """The grid as text, and its steps in three lines (the browser shows one note per step)."""
+        grid = self.grid.summary().split("\nstep 0: ")[0]  # the title and the grid, without the per-step notes
+        n, last = self.prompt_len, len(self.traces) - 1
+        return "\n".join([
+            grid, f"step 0: the prompt's {n} tokens, a {n} × {n} grid.",
+            f"steps 1–{last}: each reads every token again, one more each time; the old rows come out as before "
+            f"(largest change in any layer and head: {self.old_rows_change():.1g}), and only the last row is new.",
+            f"step {last} alone recomputed {n + last - 1} old rows, {self.wasted_macs[-1] / 1e6:,.1f} million "
+            f"multiply-adds in the whole model: the work a cache saves."])
+
+    def _repr_mimebundle_(self, **kwargs):
+        return with_fallback(W.VBox._repr_mimebundle_(self, **kwargs), self.summary())
+
 
 class Request(NamedTuple):  # one request of a PromptCacheStream
     label: str

@@ -33,7 +33,8 @@ def top_word(smollm2):
 
 
 @exercise("04.layer10_head1", uses=("smollm2",),
-          hint="Pick layer 10 and head 1 in the SmolLM2 explorer above and read the last row.",
+          hint="Pick layer 10 and head 1 in the SmolLM2 explorer above and read the last row (where the explorer "
+               "shows as text, run views.AttentionGrid.of(smollm2, king, layer=10, head=1) in a new cell).",
           explain="In SmolLM2's layer 10, head 1, the last token ' the' puts most of its weight on {answer!r}.")
 def layer10_head1(smollm2):
     """In SmolLM2's layer 10, head 1, which earlier word does the last token of "The king is dead, long live the"

@@ -39,8 +39,8 @@ def swap_changes(smollm2):
 
 
 @exercise("05.uncached_factor_300", uses=("random-gpt2",), tolerance=0.03,
-          hint="Without the cache the step runs every weight matrix for all 300 tokens; with it, for one token. "
-               "The logits are computed for one position either way.",
+          hint="In the table, the cached step hardly grows with the tokens; the uncached one grows about in "
+               "proportion to them. Scale the 256-token column to 300 tokens, then divide.",
           explain="At 300 tokens the uncached step costs about {answer:.0f} times the cached one. Not 300 times: "
                   "both compute the logits of the last position only, the same work in both.")
 def uncached_factor_300(big):

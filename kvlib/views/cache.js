@@ -85,8 +85,8 @@ function render({ model, el }) {
       : `Step ${s}: fed one token, ${KV.quoted(tokens[n - 1])}; it climbs all ${sh.n_layer} layers, and each appends ` +
         `1 K row and 1 V row and now holds ${n}. The ${n - 1} rows already there are read, not recomputed.`);
     const formula = n * sh.bytes_per_token;
-    sum.replaceChildren(`${n} tokens × 2 × ${sh.n_layer} layers × ${sh.n_kv_head} KV heads × ${sh.head_dim} × ` +
-      `${sh.bytes_per_number} bytes = ${KV.int(formula)} bytes; cache.nbytes, measured: `,
+    sum.replaceChildren(`${n} tokens × 2 (K and V) × ${sh.n_layer} layers × ${sh.n_kv_head} KV heads × ${sh.head_dim} ` +
+      `numbers × ${sh.bytes_per_number} bytes = ${KV.int(formula)} bytes; cache.nbytes, measured: `,
       KV.h("b", { class: "kv-total" }, `${KV.int(nbytes[s])} bytes`), formula === nbytes[s] ? " ✓" : " ✗ (differs)");
     const lines = [];
     for (let first = 0; first < sh.n_layer; first += perLine) {

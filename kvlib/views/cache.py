@@ -58,9 +58,8 @@ class CacheGrowth(View):
 
     def summary(self):
         s = self.shape
-        lines = [f"The KV cache of {self.model_name}, {s['n_layer']} layers, step by step "
-                 f"(2 × {s['n_layer']} layers × {s['n_kv_head']} KV heads × {s['head_dim']} × "
-                 f"{s['bytes_per_number']} bytes = {s['bytes_per_token']:,} bytes per token):"]
+        lines = [f"The KV cache of {self.model_name}, step by step: each of its {s['n_layer']} layers keeps one K row "
+                 f"and one V row per token ({s['bytes_per_token']:,} bytes per token in all):"]
         for step, n in enumerate(self.nbytes):
             t = self.held(step)
             lines.append(f"step {step}: fed {self.fed[step]} token(s), holds {t} ({self.tokens[t - 1]!r} last): "

@@ -55,8 +55,9 @@ class DecodeStep(View):
     def toy_step(cls):
         """Notebook 4's toy head, one step on: its prefill's K and V kept, the next token fed alone."""
         tokens, q, K, V = toy_cached_step()
-        return cls.from_tensors(tokens, q, K, V, f"Toy numbers: the cached step that feeds {tokens[-1]!r}, "
-                                f"{len(tokens)} tokens, head size {K.shape[1]}", toy=True)
+        return cls.from_tensors(tokens, q, K, V, f"Toy numbers: the cached step that feeds {tokens[-1]!r}: K's and "
+                                f"V's first {len(tokens) - 1} rows read from the cache, the last one new; head size "
+                                f"{K.shape[1]}", toy=True)
 
     @classmethod
     def of(cls, model, prompt="Mary had a little", layer=0, head=0, link=None):
