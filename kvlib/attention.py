@@ -4,7 +4,7 @@ The seeds' pseudocode, with the real matrices: E (the layer-normed input),
 Q = E·WQ + bQ, K = E·WK + bK, scores = Q·Kᵀ / √d, the causal mask (-inf above the
 diagonal), softmax rows that sum to 1, V = E·WV + bV, out = weights·V. GPT-2 has the
 biases b; a Llama-family model has none, and turns Q and K by their positions (RoPE)
-before the scores, and its query head h reads K/V head h // (n_head // n_kv_head). `explain`
+before the scores, and its query head h reads the K/V head `config.kv_head(h)`. `explain`
 returns every intermediate (as minGPT's `encode_and_show_work` does), taking E from
 a Trace of the real forward pass so the numbers are the model's own.
 

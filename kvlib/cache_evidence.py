@@ -145,7 +145,7 @@ def gathered_instead_of_given(model, ids, new_id, layers):
 def attention_row(q, K, V):  # q [nh, 1, hs], K and V [nkv, S, hs] -> weights [nh, 1, S], out [nh, 1, hs]
     """One new token's attention from its query and the cached keys and values, and nothing else. No
     mask: a new token may read every cached token, itself included."""
-    K, V = (t.repeat_interleave(q.shape[0] // t.shape[0], 0) for t in (K, V))  # query head h reads K/V head h // group
+    K, V = (t.repeat_interleave(q.shape[0] // t.shape[0], 0) for t in (K, V))  # row h: Config.kv_head(h)'s K/V
     weights = torch.softmax(q @ K.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)  # [nh, 1, S]
     return weights, weights @ V
 

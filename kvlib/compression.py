@@ -106,7 +106,7 @@ def _measure(name, model, ids, logits, bytes_per_token):  # [T], [T, V] -> Resul
 def grouped_params(model, n_kv_head):
     """A copy of a GPT-2-family model's weights where each group of nh // n_kv_head heads shares
     one K and one V: the mean of the group's K (and V) projection weights and biases (the
-    conversion Ainslie et al., "GQA", 2023, start from). Heads h // group share, as in Llama.
+    conversion Ainslie et al., "GQA", 2023, start from). Consecutive heads share, as Config.kv_head groups them.
 
     The shared head is repeated into each of the group's slots, so kvlib's own forward pass runs
     unchanged and every query head reads its group's one K/V head; a real GQA cache stores it once."""

@@ -52,7 +52,7 @@ def rotate(x, cos, sin):  # [nh, T, hd] -> [nh, T, hd]
 
 
 def grouped_attention(q, k, v, mask):  # [nh, T, hd], [nkv, S, hd] x 2, [T, S] -> [nh, T, hd], [nh, T, S] x 2
-    """Each K/V head serves a group of nh // nkv query heads (query head h uses K/V head h // group).
+    """Each K/V head serves a group of nh // nkv consecutive query heads (which one: Config.kv_head).
 
     The group's queries are stacked as extra rows, so every K/V head is read once, never copied."""
     nh, T, hd = q.shape
@@ -62,8 +62,8 @@ def grouped_attention(q, k, v, mask):  # [nh, T, hd], [nkv, S, hd] x 2, [T, S] -
 
 
 def head_weights(p, config, head):  # one query head's (W [C, hd], b [hd]) for Q, and its group's K and V
-    """Query head h reads K/V head h // group; the projections have no bias (zeros stand in)."""
-    hd, kv = config.head_dim, head // (config.n_head // config.n_kv_head)
+    """Query head h reads K/V head config.kv_head(h); the projections have no bias (zeros stand in)."""
+    hd, kv = config.head_dim, config.kv_head(head)
     cut = lambda name, h: p[f"self_attn.{name}.weight"][:, h * hd:(h + 1) * hd]  # noqa: E731 -- [C, heads * hd]
     no_bias = torch.zeros(hd, device=p["self_attn.q_proj.weight"].device)
     return [cut("q_proj", head), no_bias, cut("k_proj", kv), no_bias, cut("v_proj", kv), no_bias]

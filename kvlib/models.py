@@ -58,6 +58,11 @@ class Config:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
 
+    def kv_head(self, head):  # query head(s), an int or a tensor -> the K/V head that serves each
+        """Grouped-query attention gives each K/V head n_head // n_kv_head consecutive query heads, the order
+        transformers' repeat_kv expands them in; with one K/V head per query head (GPT-2) each serves its own."""
+        return head // (self.n_head // self.n_kv_head)
+
 
 class Model:
     """A model as plain weights, its tokenizer, and the glass-box forward pass of its family."""

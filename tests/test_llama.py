@@ -120,6 +120,23 @@ def test_trace_shapes_with_grouped_heads(smollm2):
     assert torch.allclose(layer.weights.sum(-1), torch.ones(9, T))
 
 
+def test_kv_head_is_the_one_transformers_scores_each_query_head_against(small_llama, hf_small_llama):
+    """transformers' eager attention expands K and V by repeat_kv: for each query head, its weights are those of
+    kvlib's own q against exactly one K/V head, the one Config.kv_head names (not h % n_kv_head, say)."""
+    ids = small_llama.encode("Mary had a little lamb")
+    trace, c, T = kvlib.Trace(), small_llama.config, len(ids)
+    small_llama.forward(ids, trace=trace)
+    with torch.no_grad():  # [layers] of [1, nh, T, T]
+        theirs = hf_small_llama(torch.tensor([ids]), output_attentions=True).attentions
+    mask = torch.full((T, T), float("-inf")).triu(1)  # [T, T]
+    for layer, t in enumerate(trace.layers):
+        for head in range(c.n_head):
+            rows = [torch.softmax(t.q[head] @ t.k[kv].T / c.head_dim ** 0.5 + mask, -1) for kv in range(c.n_kv_head)]
+            read = [kv for kv, w in enumerate(rows) if torch.allclose(w, theirs[layer][0, head], atol=1e-5)]
+            assert read == [c.kv_head(head)], (layer, head)
+    assert c.kv_head(torch.arange(c.n_head)).tolist() == [0, 0, 1, 1]
+
+
 @pytest.mark.parametrize("model_name, layer, head", [("small_llama", 2, 3), ("smollm2", 5, 7)])
 def test_explain_equals_the_trace_with_rope_and_groups(request, model_name, layer, head):
     model = request.getfixturevalue(model_name)
@@ -127,7 +144,7 @@ def test_explain_equals_the_trace_with_rope_and_groups(request, model_name, laye
     trace = kvlib.Trace()
     model.forward(model.encode(text), trace=trace)
     steps, t = attention.explain(model, text, layer, head), trace.layers[layer]
-    kv = head // (model.config.n_head // model.config.n_kv_head)
+    kv = model.config.kv_head(head)
     for mine, theirs in [(steps.Q, t.q[head]), (steps.K, t.k[kv]), (steps.V, t.v[kv]),
                          (steps.weights, t.weights[head]), (steps.out, t.out[head])]:
         assert torch.allclose(mine, theirs, atol=1e-4)

@@ -65,8 +65,7 @@ class DecodeStep(View):
         ids = prompt_ids(check_model(model, "DecodeStep.of"), prompt, "DecodeStep.of")
         layer, head = layer_head(model, layer, head)  # before the model runs
         trace, cache, token = cached_step(model, ids)
-        c = model.config
-        kv = head // (c.n_head // c.n_kv_head)  # grouped heads: query head `head` reads this K/V head
+        kv = model.config.kv_head(head)  # grouped heads: query head `head` reads this K/V head
         t, held = trace.layers[layer], cache.layers[layer]
         ids = ids + [token]
         tokens = [model.decode([i]) for i in ids]
