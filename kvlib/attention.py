@@ -87,7 +87,7 @@ def explain(model, text, layer=0, head=0):
     trace = Trace()
     model.forward(ids, trace=trace)
     turn = None
-    if model.family.position_table is None:  # no position table: position enters by turning Q and K (RoPE)
+    if model.family.rope:  # position enters by turning Q and K, as the forward pass did
         cos, sin = rope_angles(torch.arange(len(ids), device=ids.device), model.config.head_dim, model.config.rope_theta)
         turn = lambda x: rotate(x, cos, sin)
     tokens = [model.decode([i]) for i in ids.tolist()]

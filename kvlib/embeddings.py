@@ -128,7 +128,7 @@ def widths(models):  # -> {name: dims}: the loaded models' own n_embd, then the 
 
 
 def position_table(model):  # GPT-2's learned position rows [n_ctx, C]
-    if model.family.position_table is None:
+    if model.family.rope:
         raise KVLibError(f"{model.name} adds no position table: a {model.config.arch}-family model gives position "
                          f"inside attention (notebook 4) instead, turning numbers there by angles set by each "
                          f"token's position (rotary embeddings, RoPE). Load a GPT-2 model (such as 'tiny') to see "
