@@ -104,37 +104,31 @@ def _measure(name, model, ids, logits, bytes_per_token):  # [T], [T, V] -> Resul
 # --- grouped K/V heads -------------------------------------------------------------------------
 
 def grouped_params(model, n_kv_head):
-    """A copy of a GPT-2-family model's weights where each group of nh // n_kv_head heads shares
-    one K and one V: the mean of the group's K (and V) projection weights and biases (the
-    conversion Ainslie et al., "GQA", 2023, start from). Consecutive heads share, as Config.kv_head groups them.
+    """A copy of the weights of a model with one K/V head per query head (GPT-2's) where each group
+    of nh // n_kv_head heads shares one K and one V: the mean of the group's K (and V) projection
+    weights and biases (the conversion Ainslie et al., "GQA", 2023, start from). Consecutive heads
+    share, as Config.kv_head groups them.
 
     The shared head is repeated into each of the group's slots, so kvlib's own forward pass runs
     unchanged and every query head reads its group's one K/V head; a real GQA cache stores it once."""
     c = model.config
-    if c.arch != "gpt2" or c.n_kv_head != c.n_head:  # it averages GPT-2's fused c_attn, one K/V head per query
-        raise KVLibError(f"grouped_kv converts a GPT-2-family model (one K/V head per query head); {model.name} "
-                         f"is a {c.arch} model with {c.n_kv_head} K/V heads for {c.n_head}")
+    if c.n_kv_head != c.n_head:  # already grouped: no head of its own per query head to average
+        raise KVLibError(f"grouped_kv averages the K/V heads of a model with one per query head, as a GPT-2-family "
+                         f"model has; {model.name} is a {c.arch} model with {c.n_kv_head} K/V heads for {c.n_head}")
     if not is_count(n_kv_head) or n_kv_head < 1 or c.n_head % n_kv_head:
         raise KVLibError(f"n_kv_head must divide {model.name}'s {c.n_head} heads (e.g. {c.n_head // 2}), "
                          f"not {n_kv_head!r}")
-    group, C = c.n_head // n_kv_head, c.n_embd
+    group = c.n_head // n_kv_head
 
     def share(t):  # [..., nh * hs] -> [..., nh * hs], each group's heads replaced by their mean
         heads = t.unflatten(-1, (n_kv_head, group, c.head_dim))  # [..., nkv, group, hs]
         return heads.mean(-2, keepdim=True).expand_as(heads).flatten(-3)
 
-    layers = []
-    for p in model.params["h"]:
-        p = dict(p)  # the caller's model keeps its own tensors
-        for part in ("weight", "bias"):
-            q, k, v = p[f"attn.c_attn.{part}"].split(C, dim=-1)  # weights [C, C] x 3, biases [C] x 3
-            p[f"attn.c_attn.{part}"] = torch.cat([q, share(k), share(v)], dim=-1)
-        layers.append(p)
-    return {**model.params, "h": layers}
+    return {**model.params, "h": [model.family.map_kv(p, share) for p in model.params["h"]]}
 
 
 def grouped_kv(model, ids, n_kv_head):
-    """GQA (or MQA, n_kv_head=1) made from a trained GPT-2-family model by averaging its K/V heads.
+    """GQA (or MQA, n_kv_head=1) made from a trained model's K/V heads (one per query head) by averaging them.
 
     The loss jumps: heads trained apart do not agree on one key and value, which is why real
     models are trained with grouped heads (or, per the GQA paper, uptrained after the averaging)."""

@@ -69,6 +69,15 @@ def head_weights(p, config, head):  # one head's (W [C, hs], b [hs]) for Q, K an
     return [t for c in cols for t in (w[:, c], b[c])]
 
 
+def map_kv(p, f):  # one layer's params -> a copy with f applied to K's and V's projections, [..., C] each
+    """c_attn [C, 3C] and its bias [3C] hold Q | K | V: f gets the K and V thirds, Q's is kept as it is."""
+    p = dict(p)  # the caller's layer keeps its own tensors
+    for part in ("weight", "bias"):
+        q, k, v = p[f"attn.c_attn.{part}"].chunk(3, dim=-1)  # weights [C, C] x 3, biases [C] x 3
+        p[f"attn.c_attn.{part}"] = torch.cat([q, f(k), f(v)], dim=-1)
+    return p
+
+
 def mha(x, p, n_head, layer_cache, mask, record=None):  # [T, C] -> [T, C]
     q, k, v = linear(x, p["attn.c_attn.weight"], p["attn.c_attn.bias"]).chunk(3, dim=-1)  # 3 x [T, C]
     q, k, v = (split_heads(t, n_head) for t in (q, k, v))  # [nh, T, hs]

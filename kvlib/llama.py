@@ -69,6 +69,11 @@ def head_weights(p, config, head):  # one query head's (W [C, hd], b [hd]) for Q
     return [cut("q_proj", head), no_bias, cut("k_proj", kv), no_bias, cut("v_proj", kv), no_bias]
 
 
+def map_kv(p, f):  # one layer's params -> a copy with f applied to K's and V's projections, [C, nkv * hd] each
+    """As gpt2.map_kv; here K and V have matrices of their own and no biases."""
+    return {**p, **{name: f(p[name]) for name in ("self_attn.k_proj.weight", "self_attn.v_proj.weight")}}
+
+
 def gqa(x, p, config, cos, sin, layer_cache, mask, record=None):  # [T, C] -> [T, C]
     q = split_heads(linear(x, p["self_attn.q_proj.weight"]), config.n_head)  # [nh, T, hd]
     k = split_heads(linear(x, p["self_attn.k_proj.weight"]), config.n_kv_head)  # [nkv, T, hd]

@@ -108,6 +108,28 @@ def test_grouped_kv_refuses_an_already_grouped_model(small_llama):
         compression.grouped_kv(small_llama, [1, 2, 3], 1)
 
 
+@pytest.fixture(scope="module")
+def mha_llama(tiny):  # a small random Llama-family model with one K/V head per query head, as GPT-2 has
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(3)
+    config = LlamaConfig(vocab_size=tiny.config.vocab_size, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128)
+    return models.from_hf("mha-llama", LlamaForCausalLM(config).eval(), tiny.tokenizer, "cpu")
+
+
+def test_grouped_params_average_a_llama_family_models_own_k_and_v_matrices(mha_llama, ids):
+    """The family's map_kv hands the averaging K's and V's own matrices [C, nh * hd]; Q and the rest stay."""
+    before, p = mha_llama.params["h"][1], compression.grouped_params(mha_llama, 2)["h"][1]
+    head = lambda w, h: w[:, h * 16:(h + 1) * 16]  # noqa: E731 -- [C, hd], head h's columns
+    for name in ("self_attn.k_proj.weight", "self_attn.v_proj.weight"):
+        assert torch.equal(head(p[name], 2), head(p[name], 3)) and not torch.equal(head(p[name], 1), head(p[name], 2))
+        assert torch.allclose(head(p[name], 0), (head(before[name], 0) + head(before[name], 1)) / 2)
+    assert all(p[k] is w for k, w in before.items() if k not in ("self_attn.k_proj.weight", "self_attn.v_proj.weight"))
+    same, gqa = (compression.grouped_kv(mha_llama, ids[:32], n) for n in (4, 2))
+    assert same.kl < 1e-9 < gqa.kl  # a group of one head is the model itself
+
+
 def test_quantize_rounds_each_group_to_its_levels():
     torch.manual_seed(0)
     x = torch.randn(2, 2 * GROUP, 2 * GROUP)  # [nkv, N, hs]
