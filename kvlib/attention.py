@@ -66,8 +66,8 @@ class Attended(NamedTuple):  # where one query puts its largest weight
 
 
 def head_weights(model, layer, head):  # -> HeadWeights
-    """Cut one head's columns out of the layer's projections (where they sit is its family's knowledge)."""
-    return HeadWeights(*model.family.head_weights(model.params["h"][layer], model.config, head))
+    """One head's columns of the layer's projections, named (where they sit: its family's head_columns)."""
+    return HeadWeights(*model.family.head_columns(model.params["h"][layer], model.config, head))
 
 
 def head_steps(tokens, E, WQ, bQ, WK, bK, WV, bV, turn=None):  # E [T, C], W [C, hs], b [hs] -> HeadSteps

@@ -62,7 +62,7 @@ def fused_attention(q, k, v, mask, gqa=False):  # as attention, out only
                                           enable_gqa=gqa)[0]
 
 
-def head_weights(p, config, head):  # one head's (W [C, hs], b [hs]) for Q, K and V
+def head_columns(p, config, head):  # one head's (W [C, hs], b [hs]) for Q, K and V
     """c_attn [C, 3C] holds Q, K and V of all heads side by side; head h is columns h*hs.. of each third."""
     w, b, C, hs = p["attn.c_attn.weight"], p["attn.c_attn.bias"], config.n_embd, config.head_dim
     cols = [slice(part * C + head * hs, part * C + (head + 1) * hs) for part in range(3)]

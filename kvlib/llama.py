@@ -61,7 +61,7 @@ def grouped_attention(q, k, v, mask):  # [nh, T, hd], [nkv, S, hd] x 2, [T, S] -
     return out.view(nh, T, hd), scores.view(nh, T, -1), weights.view(nh, T, -1)
 
 
-def head_weights(p, config, head):  # one query head's (W [C, hd], b [hd]) for Q, and its group's K and V
+def head_columns(p, config, head):  # one query head's (W [C, hd], b [hd]) for Q, and its group's K and V
     """Query head h reads K/V head config.kv_head(h); the projections have no bias (zeros stand in)."""
     hd, kv = config.head_dim, config.kv_head(head)
     cut = lambda name, h: p[f"self_attn.{name}.weight"][:, h * hd:(h + 1) * hd]  # noqa: E731 -- [C, heads * hd]

@@ -219,16 +219,16 @@ class Family:
     position_table: str       # GPT-2's learned positions [n_ctx, C]; None where RoPE turns Q and K instead
     rope: bool                # position enters attention by turning Q and K (llama.rotate), not by a table
     ffn_matrices: int         # GPT-2's MLP has 2, SwiGLU 3 (gate, up, down)
-    head_weights: Callable    # (layer params, config, head) -> one head's WQ, bQ, WK, bK, WV, bV
+    head_columns: Callable    # (layer params, config, head) -> one head's WQ, bQ, WK, bK, WV, bV
     map_kv: Callable          # (layer params, f) -> a copy with f applied to the K and V projections' weights, biases
 
     def __post_init__(self):  # position enters one way or the other: where rope is False, there is a table to read
         assert self.rope == (self.position_table is None)
 
 
-FAMILIES = {"gpt2": Family(gpt2.gpt2, gpt2_weights, "wte.weight", "wpe.weight", False, 2, gpt2.head_weights,
+FAMILIES = {"gpt2": Family(gpt2.gpt2, gpt2_weights, "wte.weight", "wpe.weight", False, 2, gpt2.head_columns,
                            gpt2.map_kv),
-            "llama": Family(llama.llama, llama_weights, "embed_tokens.weight", None, True, 3, llama.head_weights,
+            "llama": Family(llama.llama, llama_weights, "embed_tokens.weight", None, True, 3, llama.head_columns,
                             llama.map_kv)}
 
 
