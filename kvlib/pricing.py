@@ -148,6 +148,12 @@ def table(prices=None):
                      + lines)
 
 
+def seat_prices(seats=75):
+    """Notebook 6's long prompt: a made-up price list of the Globe Theatre's seats, one line per seat
+    ("Seat 1: row B, 6 shillings."), long enough to take a system prompt past the providers' 1,024-token minimum."""
+    return "\n".join(f"Seat {i}: row {chr(65 + i % 20)}, {5 + i % 7} shillings." for i in range(1, seats + 1))
+
+
 def prompt_cache(model, prices, **kwargs):
     """A PromptCache that caches as this provider does: its mode, minimum, step and time-to-live."""
     from .prompt_cache import PromptCache

@@ -655,7 +655,10 @@ def check_budget_stream(page, errors, app, mirror):
     shown = rows.locator(".kv-block.kv-gone")
     assert evicted and set(shown.evaluate_all("cs => cs.map(c => c.dataset.hash)")) == set(evicted)
     e = evicted[shown.first.get_attribute("data-hash")]
-    assert f"{GONE[e.kind]} at {e.time:,.0f} s, before any later request used it" in tip(page, shown.first)
+    maker = next(q["label"] for q in mirror.view.requests if q["at"] == e.time)  # the request it made room for
+    hover = tip(page, shown.first)
+    assert f"{GONE[e.kind]} at {e.time:,.0f} s, before any later request used it" in hover
+    assert f"evicted to make room for {maker}" in hover and f"to make room for {maker}" in mirror.view.summary()
     assert rows.locator(".kv-block.kv-gone .kv-ttl").count() == 0  # a struck chip shows no time to live
     rewritten = [h for h in shown.evaluate_all("cs => cs.map(c => c.dataset.hash)") if h in held]
     if rewritten:  # evicted, then written again by a later request: struck in the old row, whole in the new one

@@ -22,17 +22,25 @@ def second_request_cached(model):
     return pc.prefill(first + random_ids(model, 30, 7)).receipt.cached_tokens
 
 
+SONNET = "Claude Sonnet 4.5"  # a model whose minimum (pricing.ANTHROPIC_MIN_TOKENS) lets 1,200 marked tokens be cached
+
+
 @exercise("06.anthropic_write_cost", tolerance=1e-9,
           hint="Written tokens cost 1.25 each, the others 1 each; nothing is read from the cache yet.",
           explain="{answer:g}: 1,200 written tokens at 1.25 plus 300 plain ones at 1. The first request costs "
                   "MORE than sending it uncached (1,500); the saving comes from the next ones, which read the "
                   "1,200 tokens at 0.1 (1,200 x 0.1 + 300 = 420).")
 def anthropic_write_cost(model):
-    """Under Anthropic's 5-minute cache prices, a 1,500-token request whose first 1,200 tokens are marked
-    with cache_control is sent for the first time (nothing cached yet). What does it cost, in units of
-    one uncached input token?"""
-    first_time = Receipt(input_tokens=1500, cached_tokens=0, written_tokens=1200, mode="explicit")
-    return pricing.cost(first_time, pricing.EXPLICIT["anthropic-5m"])
+    """On Claude Sonnet 4.5 (it caches a marked prefix from 1,024 tokens), under Anthropic's 5-minute cache
+    prices (written 1.25x, read 0.1x), a 1,500-token request whose first 1,200 tokens are marked with
+    cache_control is sent for the first time (nothing cached yet). What does it cost, in units of one uncached
+    input token?"""
+    marked, prices = 1200, pricing.EXPLICIT["anthropic-5m"]
+    if marked < pricing.ANTHROPIC_MIN_TOKENS[SONNET]:  # the question's premise, read from the table
+        raise ValueError(f"06.anthropic_write_cost: {SONNET} caches no prefix under "
+                         f"{pricing.ANTHROPIC_MIN_TOKENS[SONNET]:,} tokens: name another model")
+    first_time = Receipt(input_tokens=1500, cached_tokens=0, written_tokens=marked, mode="explicit")
+    return pricing.cost(first_time, prices)
 
 
 @exercise("06.ttl_renewed",

@@ -26,7 +26,7 @@ function render({ model, el }) {
     const clock = model.get("clock"), ttl = model.get("ttl"), stored = model.get("stored");
     const chip = (b, k, q) => {
       const kept = b.state !== "computed" ? stored[b.hash] : undefined;  // the block as the cache holds it now
-      const then = b.then;  // what became of this row's copy: used again ({by, at}) or dropped first ({gone, at})
+      const then = b.then;  // what became of this row's copy: used again ({by, at}) or dropped first ({gone, at, for})
       const struck = then ? then.gone !== undefined : !!(kept && kept.gone);
       const left = !struck && kept && kept.expires !== undefined ? Math.max(0, kept.expires - clock) : null;
       const c = KV.h("span", { class: `kv-block kv-${b.state}` + (struck ? " kv-gone" : ""),
@@ -45,6 +45,7 @@ function render({ model, el }) {
           : !kept ? "" : kept.gone ? `${kept.gone} at ${secs(kept.at)}: no longer in the cache`
           : left > 0 ? `stored: expires at ${secs(kept.expires)}, in ${secs(left)} unless used again`
           : `stored, its TTL over: dropped at the cache's next look`,
+        then && then.for !== undefined ? `evicted to make room for ${then.for}` : "",
       ].filter(Boolean));
     };
     const cell = (q, field) => {

@@ -6,7 +6,8 @@ much of its time to live is left. Each row tells what became of the blocks that 
 cache: used again by a later request (named on hover), or dropped first (expired or evicted: faded and
 struck through, with the reason on hover), read from the cache's own events (each names its block's key).
 So a block evicted and later written again shows struck in the row that lost it, whole in the row that
-wrote it again."""
+wrote it again. The text summary (where widgets cannot be drawn) says the same in words: the chips as glyphs,
+the tokens after the last block, what the cost counts, and what became of each row's blocks."""
 
 import json
 import math
@@ -31,7 +32,8 @@ class PromptBlocks(View):
     requests = T.List().tag(sync=True)       # per request: {label, tenant, at, input, cached, written, ms, cost,
                                              #   gone, tail, blocks: [{state, start, end, text, hash, then}]}
                                              #   then: what became of the copy it left: {"by", "at"} used again
-                                             #   by a later request, {"gone", "at"} dropped first, None not yet
+                                             #   by a later request, {"gone", "at"} dropped first (an eviction
+                                             #   also names the request it made room "for"), None not yet
     stored = T.Dict().tag(sync=True)         # block hash -> {"expires": t} while stored, {"gone", "at"} after
 
     def __init__(self, pc, note="", **kwargs):
@@ -102,6 +104,8 @@ class PromptBlocks(View):
         for e in events:
             if e.kind in GONE:
                 then = {"gone": GONE[e.kind], "at": e.time}
+                if e.kind == "evict" and reads is not None:  # evicted to make room for the request just added
+                    then["for"] = rows[new]["label"]
             elif reads is not None and e.key in reads:
                 then = {"by": rows[new]["label"], "at": e.time}
             else:
@@ -126,10 +130,37 @@ class PromptBlocks(View):
                 out[q["label"]] = gone
         return out
 
+    def fate(self, q):
+        """What became of the blocks a request (one of self.requests) left in the cache, in words: what the
+        browser shows by striking chips through, by TTL bars and on hover. "" when it left none."""
+        said = {}
+        for b in q["blocks"]:
+            then, kept = b["then"] or {}, self.stored.get(b["hash"], {}) if b["state"] != "computed" else {}
+            if "by" in then:
+                what = f"read again by {then['by']} at {then['at']:,.0f} s"
+            elif "gone" in then:
+                what = (f"{then['gone']} at {then['at']:,.0f} s"
+                        + (f" to make room for {then['for']}" if "for" in then else "") + ", before any later use")
+            elif "expires" in kept:
+                what = ("still stored" if math.isinf(kept["expires"]) else
+                        f"still stored, until {kept['expires']:,.0f} s unless used again")
+            elif "gone" in kept:
+                what = f"{kept['gone']} at {kept['at']:,.0f} s"
+            else:
+                continue
+            said[what] = said.get(what, 0) + 1
+        return "; ".join(f"{n} block{'s' * (n > 1)} {what}" for what, n in said.items())
+
     def summary(self):
-        marks = {"hit": "H", "written": "W", "computed": "c"}
-        rows = [[q["label"], q["tenant"], "".join(marks[b["state"]] for b in q["blocks"]), q["input"], q["cached"],
-                 q["written"], f"{q['cost']:,.1f}"] for q in self.requests]
-        return "\n".join([self.title, f"clock {self.clock:.0f} s · blocks: H hit, W written, c computed",
+        marks = {state: glyph for state, glyph in (("hit", "✓"), ("written", "+"), ("computed", "·"))}
+        rows = [[q["label"], q["tenant"], "".join(marks[b["state"]] for b in q["blocks"])
+                 + (f" {q['tail']} more" if q["tail"] else ""), q["input"], q["cached"], q["written"],
+                 f"{q['cost']:,.1f}"] for q in self.requests]
+        fates = [f"  {q['label']}: {self.fate(q)}" for q in self.requests if self.fate(q)]
+        return "\n".join([self.title, f"clock {self.clock:.0f} s (simulated)",
+                          "blocks: ✓ read from the cache, + written, · computed and not kept; "
+                          "n more: the tokens after the last full block, always computed",
                           text_table(["request", "tenant", "blocks", "input", "cached", "written", "cost"], rows,
-                                     align="<<<>>>>")])
+                                     align="<<<>>>>")]
+                         + ([self.note] if self.note else [])
+                         + (["what became of the blocks each request stored:"] + fates if fates else []))
