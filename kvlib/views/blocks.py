@@ -163,4 +163,4 @@ class PromptBlocks(View):
                           text_table(["request", "tenant", "blocks", "input", "cached", "written", "cost"], rows,
                                      align="<<<>>>>")]
                          + ([self.note] if self.note else [])
-                         + (["what became of the blocks each request stored:"] + fates if fates else []))
+                         + (["what became of the blocks each request read or wrote:"] + fates if fates else []))
