@@ -30,9 +30,11 @@ import numpy as np
 import torch
 
 from . import memory, models, plots
-from .batching import generate_batch
+from .batching import forward_rows, generate_batch
+from .errors import KVLibError
 from .generate import generate
 from .measure import bare_matmul_seconds, random_ids, read_bandwidth, step_weight_bytes, timed
+from .paged_cache import PagedKVCache, blocks_for
 
 
 class Arrivals:
@@ -84,7 +86,7 @@ def decode_rates(model, hf, prompt_len, new_tokens, uncached_tokens=None, seed=0
     hits all alike. Uncached runs may generate fewer tokens (each of their steps rereads the whole
     sequence)."""
     if new_tokens < 2 or (uncached_tokens or new_tokens) < 2:
-        raise models.KVLibError("decode speed needs at least 2 new tokens (it is timed between tokens)")
+        raise KVLibError("decode speed needs at least 2 new tokens (it is timed between tokens)")
     uncached_tokens = uncached_tokens or new_tokens
     prompt = random_ids(model, prompt_len, seed)
     runs = {"kvlib, cached": lambda n: run_kvlib(model, prompt, n, True),
@@ -133,10 +135,10 @@ def step_seconds(model, lengths=(32, 64, 128, 256, 512), repeats=3, seed=0):
     untimed round, so a busy moment of the machine slows all of them alike."""
     lengths = sorted(int(n) for n in lengths)
     if not lengths or lengths[0] < 2 or lengths[-1] > model.config.n_ctx:
-        raise models.KVLibError(f"lengths must lie between 2 and {model.config.n_ctx} ({model.name}'s context); "
+        raise KVLibError(f"lengths must lie between 2 and {model.config.n_ctx} ({model.name}'s context); "
                                 f"got {lengths}")
     if not isinstance(repeats, int) or repeats < 1:
-        raise models.KVLibError(f"repeats is how many timed rounds to keep the fastest of: 1 or more, not {repeats!r}")
+        raise KVLibError(f"repeats is how many timed rounds to keep the fastest of: 1 or more, not {repeats!r}")
     ids = random_ids(model, lengths[-1], seed)
     best = {"cached": [float("inf")] * len(lengths), "uncached": [float("inf")] * len(lengths)}
     with torch.inference_mode():
@@ -243,6 +245,48 @@ def batch_rates(model, batches=BATCHES, prompt_len=32, new_tokens=16, repeats=2,
     return {"prompt_len": prompt_len, "new_tokens": new_tokens, "tokens_per_second": best,
             "over_batch_1": {b: tps / best[batches[0]] for b, tps in best.items()},
             **({"bare_tokens_per_second": best_bare} if bare else {})}
+
+
+def idle_neighbour(model, batch=8, prompt_len=32, idle_tokens=1000, rounds=20, seed=0, block_size=16):
+    """A batched decode step's seconds with and without one idle long sequence in the same pool, side by side.
+
+    Two pools hold the same `batch` sequences of prompt_len tokens (random ids); the second also holds one
+    sequence of idle_tokens that is never scheduled (added first, so its blocks lie before theirs). Each round
+    runs one decode step of the batch on each pool in turn (one token each, the same ids), so both grow alike;
+    the fastest step of each is kept after a warm-up round. A sequence that attends only to its own tokens
+    pays nothing for the neighbour: the ratio stays near 1."""
+    if idle_tokens + 1 > model.config.n_ctx or prompt_len + rounds + 1 > model.config.n_ctx:
+        raise KVLibError(f"{model.name} holds {model.config.n_ctx} tokens: an idle sequence of "
+                                f"{idle_tokens} does not fit, take a smaller one or a model with a longer context")
+    prompts = [random_ids(model, prompt_len, seed + i) for i in range(batch)]
+    n_blocks = blocks_for(idle_tokens, block_size) + batch * blocks_for(prompt_len + rounds + 1, block_size)
+    pools = {}
+    for label, idle in (("alone", 0), ("beside idle", idle_tokens)):
+        cache = PagedKVCache(model.config.n_layer, n_blocks, block_size)
+        if idle:
+            forward_rows(model, cache, [(cache.add(), random_ids(model, idle, seed - 1))])
+        seqs = [cache.add() for _ in prompts]
+        for s, ids in zip(seqs, prompts):
+            forward_rows(model, cache, [(s, ids)])
+        pools[label] = cache, seqs
+    best = {}
+    for round in range(rounds + 1):  # round 0 warms up
+        tokens = random_ids(model, batch, seed + 1000 + round)
+        for label, (cache, seqs) in pools.items():
+            _, seconds = timed(lambda: forward_rows(model, cache, [(s, [t]) for s, t in zip(seqs, tokens)]),
+                               model.device)
+            if round:
+                best[label] = min(best.get(label, seconds), seconds)
+    return {"model": str(model), "batch": batch, "prompt_len": prompt_len, "idle_tokens": idle_tokens,
+            "seconds": best, "ratio": best["beside idle"] / best["alone"]}
+
+
+def report_idle_neighbour(r):
+    t = r["seconds"]
+    print(f"{r['model']}: decode step of {r['batch']} sequences of {r['prompt_len']} tokens (fastest of rounds)")
+    print(f"  alone in the pool:                        {t['alone'] * 1e3:7.2f} ms")
+    print(f"  beside an idle {r['idle_tokens']}-token sequence:     {t['beside idle'] * 1e3:7.2f} ms")
+    print(f"  ratio: {r['ratio']:.2f}x (a sequence attends to its own tokens only: near 1)")
 
 
 def report_batches(name, r):
