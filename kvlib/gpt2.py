@@ -57,9 +57,24 @@ def attention(q, k, v, mask):  # [nh, T, hs], [nh, S, hs] x 2, [T, S] -> out [nh
 
 def fused_attention(q, k, v, mask, gqa=False):  # as attention, out only
     """torch's fused kernel. mask None: plain causal (see gpt2 below), which the kernel applies itself, skipping
-    the scores above the diagonal. [None]: a batch of one, the 4-D shape its CPU kernel takes."""
+    the scores above the diagonal. [None]: a batch of one, the 4-D shape its CPU kernel takes.
+    A paged cache serving several sequences hands K and V per group of sequences instead: attend_groups."""
+    if isinstance(k, list):
+        return attend_groups(q, k, v, mask, gqa)
     return F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask, is_causal=mask is None,
                                           enable_gqa=gqa)[0]
+
+
+def attend_groups(q, ks, vs, groups, gqa=False):  # [nh, T, hs], per group [b, nkv, L, hs] x 2 -> [nh, T, hs]
+    """Each row attends to its own sequence's tokens only (paged_cache.Groups): the b sequences of a group
+    have as many rows and tokens each, so they are one batch of b for the kernel, and no row scores a slot
+    of another sequence."""
+    out = torch.empty_like(q)
+    for g, k, v in zip(groups, ks, vs):
+        qg = q[:, g.rows].unflatten(1, (-1, g.n)).transpose(0, 1)  # [b, nh, n, hs]
+        o = F.scaled_dot_product_attention(qg, k, v, attn_mask=g.mask, is_causal=g.causal, enable_gqa=gqa)
+        out[:, g.rows] = o.transpose(0, 1).flatten(1, 2)  # [nh, b * n, hs]
+    return out
 
 
 def head_columns(p, config, head):  # one head's (W [C, hs], b [hs]) for Q, K and V

@@ -43,7 +43,10 @@ def causal_mask(q_pos, k_pos, window=None, sinks=0):  # positions [T], [S] -> [T
 def only_causal(mask):  # [T, S] -> bool
     """Is this the plain causal mask of a text fed whole (T == S, each token sees itself and those before it,
     nothing more hidden)? Then torch's fused kernel can be told so (is_causal) instead of handed the mask, and it
-    skips the scores above the diagonal rather than computing them to add -inf: half a prompt's attention work."""
+    skips the scores above the diagonal rather than computing them to add -inf: half a prompt's attention work.
+    A paged cache's Groups (paged_cache.py) are no mask tensor: each group says so itself."""
+    if not isinstance(mask, torch.Tensor):
+        return False
     T, S = mask.shape
     if T != S or T == 1:
         return False

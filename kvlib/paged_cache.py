@@ -18,11 +18,14 @@ written again, so it is shared without a copy.
 The forward pass does not know it serves a batch. A call's new tokens are the rows of every
 sequence the caller `schedule`s, one after another (packed, no padding); the matmuls treat rows
 alike, so each weight matrix is read once for all of them. Only attention must keep users
-apart, and here the block tables become the mask: `admit` hands attention the pool itself and a
-mask that lets each row see its own sequence's slots up to its own position, and nothing else.
-vLLM's kernel reads each row's blocks through its table instead; the sums are the same, but
-here every row also scores (and then ignores) the other rows' slots, work that grows with
-batch × pool. `LayerCache.append` keeps its contract: it returns all the K and V to attend over.
+apart, and here each sequence attends to its own tokens only, as vLLM's kernel reads each row's
+blocks through its table: `admit` sorts the scheduled sequences into `Group`s (those with as many
+new tokens and as many tokens in all attend alike) and hands the forward pass, in place of one mask,
+the `Groups`: per group its rows, its sequences' pool slots and one mask over a sequence's own
+tokens. Each layer's `append` then returns, per group, the K and V gathered through the block
+tables, [b, nkv, length, hs]: no other sequence's slot is read, so a step's attention costs what
+the scheduled sequences hold, whatever else the pool keeps. `gpt2.fused_attention`, which both
+families call, attends group by group (`gpt2.attend_groups`).
 """
 
 from dataclasses import dataclass, field
@@ -31,7 +34,7 @@ import torch
 
 from .blocks import BlockPool, block_keys, full_spans
 from .errors import KVLibError, check_count, is_count
-from .kv_cache import causal_mask
+from .kv_cache import causal_mask, only_causal
 
 
 def blocks_for(n_tokens, block_size):  # whole blocks that hold n tokens: only the last may be partly empty
@@ -48,19 +51,37 @@ class Sequence:
     filed: int = 0                              # of its blocks, those in the index (its first `filed`)
 
 
+@dataclass
+class Group:
+    """Scheduled sequences that attend alike: b of them, each with n new rows and length tokens in all."""
+    rows: torch.Tensor   # [b * n]: their rows in the call, sequence after sequence
+    slots: torch.Tensor  # [b, length]: the pool slot of each of their tokens, in order (through the block tables)
+    n: int
+    mask: torch.Tensor   # [n, length] over a sequence's own tokens; None: nothing hidden (one row) or plain causal
+    causal: bool         # the n rows are the whole sequence, fed at once: the kernel applies the causal mask itself
+
+
+class Groups(list):
+    """What a paged cache's `admit` returns in place of a mask [T, S]: its Group per kind of scheduled sequence."""
+
+    def to(self, dtype):  # as a mask tensor's .to: the forward pass casts the mask to its activations' dtype
+        return Groups(Group(g.rows, g.slots, g.n, None if g.mask is None else g.mask.to(dtype), g.causal) for g in self)
+
+
 class PagedLayer:
     """One layer's pool, K and V [nkv, n_blocks * block_size, hs], made on the first append."""
 
     def __init__(self, cache):
         self.cache, self.k, self.v = cache, None, None
 
-    def append(self, k, v):  # [nkv, T, hs] x 2 -> the pool up to the last block in use, [nkv, S, hs] x 2
-        if self.k is None:  # zeros, not empty: a masked slot still enters softmax(..)·V as 0 · value, and 0 · NaN is NaN
+    def append(self, k, v):  # [nkv, T, hs] x 2 -> per Group of admit's, its sequences' K and V [b, nkv, length, hs] x 2
+        if self.k is None:
             nkv, _, hs = k.shape
             self.k, self.v = (k.new_zeros(nkv, self.cache.n_blocks * self.cache.block_size, hs) for _ in range(2))
         slots = self.cache.slots  # [T]: where the scheduled rows' tokens go
         self.k[:, slots], self.v[:, slots] = k, v
-        return self.k[:, :self.cache.span], self.v[:, :self.cache.span]  # views: nothing is copied
+        # each group's own tokens, gathered through the block tables ([nkv, b, length, hs], then batch first)
+        return ([pool[:, g.slots].transpose(0, 1) for g in self.cache.groups] for pool in (self.k, self.v))
 
     def copy_block(self, src, dst):  # a shared block's tokens into a block of one's own (copy-on-write)
         if self.k is not None:
@@ -82,7 +103,7 @@ class PagedKVCache:
         self._next_id = 0
         self.rows = []       # [(sequence id, new tokens)] of the next forward call, in row order
         self.slots = None    # [T] pool slot of each new row, set by admit
-        self.span = 0        # slots attention reads: up to the end of the last block in use
+        self.groups = None   # Groups of the call's sequences, set by admit: what each row attends over
 
     def add(self, prompt_ids=None, tenant="default", prefix_of=None):  # -> a new sequence's id
         """A new sequence: empty; or, given the prompt it will be fed (token ids), starting with the longest
@@ -131,9 +152,9 @@ class PagedKVCache:
             raise KVLibError("schedule each sequence at most once per forward call")
         self.rows = list(rows)
 
-    def admit(self, t_new, device=None):  # -> positions [T], mask [T, S] (S: the pool up to the last block in use)
+    def admit(self, t_new, device=None):  # -> positions [T], Groups (in place of a mask [T, S])
         """Give each scheduled row a slot (a new block when its sequence's last one is full, a copy of
-        it when it is shared), then build the mask from the block tables."""
+        it when it is shared), then group the sequences that attend alike, each over its own tokens."""
         if sum(n for _, n in self.rows) != t_new:
             raise KVLibError(f"the forward call has {t_new} tokens but {sum(n for _, n in self.rows)} were "
                              "scheduled: call schedule([(sequence, n), ...]) before each call")
@@ -144,25 +165,26 @@ class PagedKVCache:
             raise KVLibError(f"this call needs {need} more blocks but {self.pool.available} of the pool's "
                              f"{self.n_blocks} are free: release a finished sequence, or make the pool larger "
                              f"(nothing was changed)")
-        positions, slots = [], []
+        positions, slots, alike = [], [], {}  # alike: (new rows, length) -> [(first row, sequence id)]
         for seq_id, n in self.rows:
             seq = self.sequences[seq_id]
+            alike.setdefault((n, seq.length + n), []).append((len(slots), seq_id))
             for _ in range(n):
                 slots.append(self._slot_for_next(seq))
                 positions.append(seq.length)
                 seq.length += 1
             self._file(seq)  # its blocks this call fills: written by the call, before any add() can look them up
-        self.span = (max(b for seq in self.sequences.values() for b in seq.blocks) + 1) * self.block_size
-        mask = torch.full((t_new, self.span), float("-inf"), device=device)
-        row = 0
-        for seq_id, n in self.rows:
-            seq = self.sequences[seq_id]
-            k_pos = torch.arange(seq.length, device=device)
-            mask[row:row + n, self.token_slots(seq_id, device)] = causal_mask(k_pos[-n:], k_pos)  # [n, length]
-            row += n
+        self.groups = Groups()
+        for (n, length), members in alike.items():
+            rows = torch.tensor([first + i for first, _ in members for i in range(n)], device=device)
+            table = torch.stack([self.token_slots(seq_id, device) for _, seq_id in members])  # [b, length]
+            k_pos = torch.arange(length, device=device)
+            mask = causal_mask(k_pos[-n:], k_pos)  # [n, length]: row i sees its sequence's tokens up to its own
+            causal = only_causal(mask)
+            self.groups.append(Group(rows, table, n, None if n == 1 or causal else mask, causal))
         self.slots = torch.tensor(slots, device=device)
         self.rows = []  # each schedule serves one call
-        return torch.tensor(positions, device=device), mask
+        return torch.tensor(positions, device=device), self.groups
 
     def _blocks_needed(self):  # blocks the scheduled rows will take: _slot_for_next's choices, counted only
         need, holders = 0, {}  # holders of each shared, part-full last block as the rows before copied it

@@ -199,3 +199,35 @@ def test_two_holders_of_a_shared_part_full_block_in_one_call_take_one_copy(tiny,
     assert cache.pool.refs == [2, 1, 1] and cache.pool.in_use == 3
     for row, ids in enumerate(([1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 4, 5, 6, 8])):
         assert_logits_close(logits[row], hf_logits(hf_tiny[0], ids)[-1], tiny)
+
+
+@pytest.mark.parametrize("name", ["tiny", "small_llama"])
+def test_each_row_attends_to_its_own_sequence_only(name, request, monkeypatch):
+    """Beside an idle 40-token sequence, three sequences of 9 tokens (one batch for the kernel), one of 5 and one
+    fed 3 more tokens at once: the keys handed to attention are each scheduled sequence's own, no slot of another
+    (the idle one's included), and every row's logits are transformers' uncached ones."""
+    model, hf = request.getfixturevalue(name), hf_model(request, name)
+    cache = PagedKVCache(model.config.n_layer, n_blocks=32, block_size=4)
+    forward_rows(model, cache, [(cache.add(), list(range(50, 90)))])  # idle from now on
+    texts = {cache.add(): list(range(10 + i, 19 + i)) for i in range(3)}
+    texts[cache.add()] = [7, 8, 9, 10, 11]
+    texts[cache.add()] = [20, 21, 22, 23, 24, 25]
+    for seq, ids in texts.items():
+        forward_rows(model, cache, [(seq, ids)])
+    rows = [(seq, [100 + seq] if seq != 5 else [30, 31, 32]) for seq in texts]
+    for seq, ids in rows:
+        texts[seq] += ids
+    handed, kernel = [], torch.nn.functional.scaled_dot_product_attention
+
+    def counting(q, k, v, **kw):  # q [b, nh, n, hs], k [b, nkv, L, hs]: b sequences, n rows each, L keys each
+        handed.append((q.shape[0], q.shape[2], k.shape[2]))
+        return kernel(q, k, v, **kw)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting)
+    logits = forward_rows(model, cache, rows)
+    monkeypatch.undo()
+    per_layer = sorted(handed[:len(handed) // model.config.n_layer])
+    assert per_layer == [(1, 1, 6), (1, 3, 9), (3, 1, 10)]  # (sequences, rows each, keys each): their own lengths
+    assert sorted(handed) == sorted(per_layer * model.config.n_layer)
+    for (seq, _), row in zip(rows, logits):
+        assert_logits_close(row, hf_logits(hf, texts[seq])[-1], model)
