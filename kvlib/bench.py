@@ -10,6 +10,8 @@ prompt caching: time to first token of a long prompt cold, warm (all but its las
 tokens cached) and with no prompt cache at all (what a 0 % hit rate costs).
 batching: total decode tokens/s of `generate_batch` at batch 1, 8 and 32 (GPT-2's shape and
 SmolLM2), each as a ratio to batch 1: the weights are read once per step for the whole batch.
+idle neighbour: a decode step of 8 sequences of 32 tokens alone in the paged pool and beside one idle
+1,000-token sequence, side by side: each sequence attends to its own blocks, so the ratio stays near 1.
 suite (`python -m kvlib bench --out DIR`): all of it on GPT-2's shape and SmolLM2 at
 several prompt lengths, written to DIR/bench.json, DIR/bench.md and plots.
 
@@ -375,12 +377,15 @@ def suite_model(name, device, prompts, cached_tokens, cache_prompt_tokens, bandw
     batches = batch_rates(model)
     say("  batches: " + ", ".join(f"{b}: {t:.0f} tok/s ({batches['over_batch_1'][b]:.1f}x)"
                                   for b, t in batches["tokens_per_second"].items()))
+    neighbour = idle_neighbour(model, idle_tokens=min(1000, cache_prompt_tokens, model.config.n_ctx - 64))
+    say(f"  decode step of 8 sequences beside an idle {neighbour['idle_tokens']}-token one: "
+        f"{neighbour['ratio']:.2f}x the step alone")
     per_token = memory.model_kv_bytes_per_token(model.config, bytes_per_number=model.dtype.itemsize)
     return {"model": str(model), "weight_bytes": nbytes, "floor_seconds": floor, "bare_matmul_seconds": bare,
             "bare_matmul_fraction_of_floor": floor / bare, "decode": decodes, "prefill": prefill,
             "time_to_first_token": {"prompt_len": pc["prompt_len"], "seconds": pc["seconds"],
                                     "warm_cached_tokens": pc["receipt"].cached_tokens},
-            "batches": batches,
+            "batches": batches, "idle_neighbour": neighbour,
             "kv_bytes": {"formula_bytes_per_token": per_token,
                          "tokens": [d["cache_tokens"] for d in decodes],
                          "measured": [d["cache_bytes"] for d in decodes],
@@ -462,3 +467,5 @@ def main(args):
     print()  # batching on the same model, at most 16 new tokens each (the suite runs it on both families)
     report_batches(args.model, batch_rates(r["model"], prompt_len=args.prompt_tokens,
                                            new_tokens=max(2, min(args.new_tokens, 16))))
+    print()  # paged attention reads each sequence's own blocks: an idle long neighbour costs the batch nothing
+    report_idle_neighbour(idle_neighbour(r["model"], idle_tokens=min(1000, r["model"].config.n_ctx - 64)))
