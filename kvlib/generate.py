@@ -42,6 +42,30 @@ def sample(logits, temperature=0.0, top_k=None, top_p=None, generator=None):  # 
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+@dataclass
+class Rules:  # how one sequence picks its tokens and when it stops: what pick reads
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_k: int = None
+    top_p: float = None
+    generator: torch.Generator = None  # its own, so a seeded sequence draws alike alone or in a batch
+    stop_at_eos: bool = True
+
+
+def pick(model, gen, logits, rules):  # logits [V] -> the next token, appended to gen.ids
+    """The one place kvlib picks a token and the one set of stop rules: generate's loop and batching.step call
+    it. gen.stop_reason names the rule that ends the sequence with this token, or stays "" while it goes on."""
+    token = sample(logits, rules.temperature, rules.top_k, rules.top_p, rules.generator)
+    gen.ids.append(token)
+    if len(gen.ids) == rules.max_new_tokens:
+        gen.stop_reason = f"max_new_tokens ({rules.max_new_tokens}) reached"
+    elif rules.stop_at_eos and token == model.eos_token_id:
+        gen.stop_reason = "end-of-text token"
+    elif len(gen.prompt_ids) + len(gen.ids) >= model.config.n_ctx:
+        gen.stop_reason = f"context full: {model.name} holds {model.config.n_ctx} tokens"
+    return token
+
+
 def check_sampling(max_new_tokens, temperature, top_k, top_p):
     check_count(max_new_tokens, "max_new_tokens")
     if temperature < 0:
@@ -61,8 +85,9 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
     or having already read the prompt's first tokens (a prompt-cache hit: only the rest is fed);
     gen.cache is it either way.
 
-    Stops after max_new_tokens, at the end-of-text token, or when the context is full
-    (gen.stop_reason says which). The one decode loop: PromptCache.answer and the views use it."""
+    Stops after max_new_tokens, at the end-of-text token, or when the context is full (gen.stop_reason says
+    which). The decode loop of one sequence on a KVCache (PromptCache.answer and the views use it): it picks
+    and stops through pick, as batching.step does for sequences on a paged cache."""
     check_sampling(max_new_tokens, temperature, top_k, top_p)
     prompt_ids = model.check_ids(prompt).tolist()
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
@@ -74,17 +99,16 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
                          "hold the prompt's first tokens, but at least the last one must be fed. Pass a new cache "
                          "(model.new_cache()), or the prompt with the answer so far")
     gen = Generation(prompt_ids=prompt_ids, cache=(model.new_cache() if cache is None else cache) if use_cache else None)
-    ids, feed = list(prompt_ids), prompt_ids[0 if cache is None else cache.seen:]
+    rules = Rules(max_new_tokens, temperature, top_k, top_p, generator, stop_at_eos)
+    feed = prompt_ids[0 if cache is None else cache.seen:]
     shown = ""  # the text the pieces handed to on_token add up to
     while True:
         model.synchronize()  # a GPU runs ahead of Python: wait for it before each clock read
         t0 = time.perf_counter()
         logits = model.forward(feed, cache=gen.cache, last_only=True)[-1]
-        token = sample(logits, temperature, top_k, top_p, generator)  # int() waits too, but don't rely on it
+        token = pick(model, gen, logits, rules)  # int() waits too, but don't rely on it
         model.synchronize()
         gen.step_seconds.append(time.perf_counter() - t0)
-        ids.append(token)
-        gen.ids.append(token)
         gen.text = model.decode(gen.ids)
         # a character that takes several tokens (most Chinese, every emoji) decodes as '�' until its last token
         # arrives, then the '�' goes: a piece is handed on once its characters are whole, so the pieces read as
@@ -92,16 +116,10 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
         piece = "" if gen.text.endswith("\ufffd") else gen.text[len(shown):]
         shown += piece
         if on_token is not None and on_token(token, piece) is False:
-            gen.stop_reason = "stopped by on_token"
-        elif len(gen.ids) == max_new_tokens:
-            gen.stop_reason = f"max_new_tokens ({max_new_tokens}) reached"
-        elif stop_at_eos and token == model.eos_token_id:
-            gen.stop_reason = "end-of-text token"
-        elif len(ids) >= model.config.n_ctx:
-            gen.stop_reason = f"context full: {model.name} holds {model.config.n_ctx} tokens"
+            gen.stop_reason = "stopped by on_token"  # a Stop button outranks the rule this token met, if any
         if gen.stop_reason:
             return gen
-        feed = [token] if use_cache else ids
+        feed = [token] if use_cache else gen.prompt_ids + gen.ids
 
 
 FEEDS = ("whole", "prompt only", "answer only")
