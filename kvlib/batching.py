@@ -11,11 +11,12 @@ pays at decode, where each sequence brings one.
 """
 
 import time
+from dataclasses import dataclass
 
 import torch
 
 from .errors import KVLibError
-from .generate import Generation, check_sampling, sample
+from .generate import Generation, Rules, check_sampling, pick
 from .paged_cache import PagedKVCache, blocks_for
 
 
@@ -37,6 +38,30 @@ def forward_rows(model, cache, rows):  # rows [(sequence id, [ids])] -> logits [
         return model.family.forward(ids, model.params, model.config, cache, last_only=True)
     last = torch.tensor([len(seq_ids) for _, seq_ids in rows], device=model.device).cumsum(0) - 1  # [len(rows)]
     return model.family.forward(ids, model.params, model.config, cache)[last]
+
+
+@dataclass
+class Decoding:  # one sequence on a paged cache: what advance feeds it and how it picks and stops
+    seq: int         # its id in the cache
+    gen: Generation  # its prompt, the tokens it picked so far, why it stopped ("" while it runs)
+    rules: Rules
+
+
+def unread(cache, d):  # -> the ids of d's prompt and answer that its sequence in the cache has not read yet
+    return (d.gen.prompt_ids + d.gen.ids)[cache.sequence(d.seq).length:]
+
+
+def advance(model, cache, batch, keep=False):  # batch [Decoding], none stopped -> one forward call, a token each
+    """Each sequence one token further: the loop every decoder on a paged cache runs (generate_batch, serving's policies,
+    serve_shared_prefix): one packed forward call over what each sequence has not read yet (a prefill: its
+    prompt past any cached prefix; a decode: its last token), then each picks its next token and meets the stop
+    rules (generate.pick), and one that stopped gives its blocks back (keep=True: they stay held, for a caller
+    that counts the blocks in use at the end, then releases)."""
+    logits = forward_rows(model, cache, [(d.seq, unread(cache, d)) for d in batch])  # [len(batch), V]
+    for d, row in zip(batch, logits):
+        pick(model, d.gen, row, d.rules)
+        if d.gen.stop_reason and not keep:
+            cache.release(d.seq)
 
 
 def pool_blocks(lengths, block_size):  # the blocks that hold sequences of these lengths, none shared
@@ -68,32 +93,22 @@ def generate_batch(model, prompts, max_new_tokens=20, temperature=0.0, top_k=Non
     generators = [torch.Generator().manual_seed(seed + i) if seed is not None else None for i in range(len(gens))]
     lengths = [min(len(ids) + max_new_tokens, model.config.n_ctx) for ids in prompt_ids]
     cache = PagedKVCache(model.config.n_layer, pool_blocks(lengths, block_size), block_size)
-    seqs = [cache.add() for _ in gens]
+    batch = [Decoding(cache.add(), gen, Rules(max_new_tokens, temperature, top_k, top_p, generator, stop_at_eos))
+             for gen, generator in zip(gens, generators)]
 
-    def step(live, rows):  # one forward call; each live sequence takes its next token
+    def timed(live):  # one call of advance; each live sequence records its time
         model.synchronize()
         t0 = time.perf_counter()
-        logits = forward_rows(model, cache, rows)  # [len(live), V]
-        tokens = [sample(row, temperature, top_k, top_p, generators[i]) for i, row in zip(live, logits)]
+        advance(model, cache, live)
         model.synchronize()
         seconds = time.perf_counter() - t0
-        for i, token in zip(live, tokens):
-            gen = gens[i]
-            gen.ids.append(token)
-            gen.step_seconds.append(seconds)
-            if len(gen.ids) == max_new_tokens:
-                gen.stop_reason = f"max_new_tokens ({max_new_tokens}) reached"
-            elif stop_at_eos and token == model.eos_token_id:
-                gen.stop_reason = "end-of-text token"
-            elif len(gen.prompt_ids) + len(gen.ids) >= model.config.n_ctx:
-                gen.stop_reason = f"context full: {model.name} holds {model.config.n_ctx} tokens"
-            if gen.stop_reason:
-                cache.release(seqs[i])
+        for d in live:
+            d.gen.step_seconds.append(seconds)
 
-    for i, ids in enumerate(prompt_ids):
-        step([i], [(seqs[i], ids)])
-    while live := [i for i, gen in enumerate(gens) if not gen.stop_reason]:
-        step(live, [(seqs[i], gens[i].ids[-1:]) for i in live])
+    for d in batch:  # prompts prefilled one by one
+        timed([d])
+    while live := [d for d in batch if not d.gen.stop_reason]:
+        timed(live)
     for gen in gens:
         gen.text = model.decode(gen.ids)
     return gens
