@@ -49,9 +49,9 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from .batching import forward_rows, prompt_list
+from .batching import Decoding, advance, forward_rows, prompt_list
 from .errors import KVLibError, check_count, is_count
-from .generate import sample
+from .generate import Generation, Rules
 from .longcontext import check_repeats, one_thread
 from .measure import random_ids
 from .memory import model_kv_bytes_per_token
@@ -223,17 +223,16 @@ def calls(model, run):
     requests = [s.request for s in run.served]
     need = [blocks_needed(r, run.block_size) for r in requests]
     cache = PagedKVCache(model.config.n_layer, run.n_blocks, run.block_size)
-    waiting, slots, seq = deque(range(len(requests))), [None] * run.max_batch, {}  # slots: request index or None
+    waiting, slots, live = deque(range(len(requests))), [None] * run.max_batch, {}  # slots: request index or None
     promised = 0  # blocks the running requests will hold at their ends
 
-    def took(i, token, when):  # request i made a token at (step, call); if it was its last, it leaves
+    def took(i, when):  # request i made a token at (step, call); if it was its last, it has left (advance released it)
         nonlocal promised
         s = run.served[i]
-        s.ids.append(token)
         s.first = s.first or when
-        if len(s.ids) == s.request.max_new_tokens:
+        if live[i].gen.stop_reason:
             s.last = when
-            cache.release(seq.pop(i))
+            del live[i]
             slots[s.slot] = None
             promised -= need[i]
 
@@ -251,19 +250,21 @@ def calls(model, run):
                 # free: every block no running request will hold, cached ones too (the pool evicts them)
                 if slots[slot] is None and waiting and need[waiting[0]] <= run.n_blocks - promised:
                     i = waiting.popleft()  # first come, first served: nobody overtakes the head of the queue
-                    prompt = requests[i].prompt_ids
-                    seq[i] = cache.add(prompt if run.prefix_caching else None, requests[i].tenant)
-                    slots[slot], promised, s = i, promised + need[i], run.served[i]
-                    s.slot, s.reused, step.cells[slot] = slot, cache.sequence(seq[i]).reused, (i, "prefill")
-                    logits = forward_rows(model, cache, [(seq[i], prompt[s.reused:])])  # [1, V]: the rest of it
-                    took(i, sample(logits[-1]), (len(run.steps), len(step.calls)))
+                    r, s = requests[i], run.served[i]
+                    seq = cache.add(r.prompt_ids if run.prefix_caching else None, r.tenant)
+                    # greedy, exactly max_new_tokens (ignore_eos); the answer grows in s.ids itself
+                    live[i] = Decoding(seq, Generation(r.prompt_ids, s.ids), Rules(r.max_new_tokens, stop_at_eos=False))
+                    slots[slot], promised = i, promised + need[i]
+                    s.slot, s.reused, step.cells[slot] = slot, cache.sequence(seq).reused, (i, "prefill")
+                    advance(model, cache, [live[i]])  # its prefill: the prompt past its cached prefix
+                    took(i, (len(run.steps), len(step.calls)))
                     step.calls.append(lap())
                     yield cache
                     mark = time.perf_counter()
         if running:  # one token for each request that was running before this step
-            logits = forward_rows(model, cache, [(seq[i], run.served[i].ids[-1:]) for i in running])  # [len(running), V]
-            for i, row in zip(running, logits):
-                took(i, sample(row), (len(run.steps), len(step.calls)))
+            advance(model, cache, [live[i] for i in running])
+            for i in running:
+                took(i, (len(run.steps), len(step.calls)))
             step.calls.append(lap())
             yield cache
             mark = time.perf_counter()
@@ -370,8 +371,10 @@ def serve_shared_prefix(model, system, users, max_new_tokens=8, block_size=16, s
     user_ids = [model.check_ids(u).tolist() for u in prompt_list(users, "serve_shared_prefix", "users")]
     if max_new_tokens < 1:
         raise KVLibError("give at least one user (each with at least one token of their own) and max_new_tokens >= 1")
-    for u in user_ids:
-        model.check_ids(system_ids + u, past_len=max_new_tokens - 1)  # refuses what would not fit the context
+    for u in user_ids:  # each answers exactly max_new_tokens, so prompt and answer must fit, as serve's requests must
+        if len(system_ids) + len(u) + max_new_tokens > model.config.n_ctx:
+            raise KVLibError(f"a prompt of {len(system_ids) + len(u)} tokens and {max_new_tokens} to answer must fit "
+                             f"{model.name}'s context of {model.config.n_ctx}: shorten the prompts or the answers")
     out = SharedPrefix(share, block_size, block_size * model_kv_bytes_per_token(model.config, model.dtype.itemsize),
                        len(system_ids), [len(u) for u in user_ids], [[] for _ in user_ids])
     n_blocks = shared_blocks(len(system_ids), [len(system_ids) + len(u) + max_new_tokens for u in user_ids],
@@ -380,18 +383,17 @@ def serve_shared_prefix(model, system, users, max_new_tokens=8, block_size=16, s
     if share:
         root = cache.add()
         forward_rows(model, cache, [(root, system_ids)])  # the system prompt, once; its logits are not needed
-        seqs = [cache.add(prefix_of=root) for _ in user_ids]
-        rows = [(s, u) for s, u in zip(seqs, user_ids)]
+        seqs = [cache.add(prefix_of=root) for _ in user_ids]  # each holds the system prompt: advance feeds only u
     else:
         seqs = [cache.add() for _ in user_ids]
-        rows = [(s, system_ids + u) for s, u in zip(seqs, user_ids)]
-    for answer, row in zip(out.answers, rows):  # prefills one by one, as serve does
-        answer.append(sample(forward_rows(model, cache, [row])[-1]))
+    rules = Rules(max_new_tokens, stop_at_eos=False)  # greedy, every answer exactly max_new_tokens long
+    # keep: blocks are counted once every answer is made, before anyone leaves; each answer grows in out.answers
+    batch = [Decoding(s, Generation(system_ids + u, answer), rules) for s, u, answer in zip(seqs, user_ids, out.answers)]
+    for d in batch:  # prefills one by one, as serve does
+        advance(model, cache, [d], keep=True)
     out.blocks["prompts"] = cache.pool.in_use
-    for _ in range(max_new_tokens - 1):  # then every user decodes together
-        logits = forward_rows(model, cache, [(s, a[-1:]) for s, a in zip(seqs, out.answers)])  # [N, V]
-        for answer, row in zip(out.answers, logits):
-            answer.append(sample(row))
+    while live := [d for d in batch if not d.gen.stop_reason]:  # then every user decodes together
+        advance(model, cache, live, keep=True)
     out.blocks["end"] = cache.pool.in_use
     for s in list(cache.sequences):
         cache.release(s)
