@@ -69,6 +69,17 @@ def test_a_sequence_that_stops_early_leaves_and_the_others_go_on(tiny):
     assert len(gens[0].step_seconds) == len(gens[0].ids)  # its prefill, then one step per token
 
 
+def test_a_batch_stops_each_sequence_where_and_why_generate_stops_it_alone(tiny, monkeypatch):
+    """The stop rules are generate.pick's in both loops: max_new_tokens; the end-of-text token (tiny's answers here
+    never reach its own, so the third token of one answer stands in for it); a context that is full."""
+    prompts = [tiny.encode("Once upon a time"), tiny.encode("Hi"), [1] * (tiny.config.n_ctx - 3)]
+    monkeypatch.setattr(tiny, "eos_token_id", generate(tiny, prompts[1], 3).ids[-1])
+    alone = [generate(tiny, p, 8) for p in prompts]
+    assert [g.stop_reason for g in alone] == ["max_new_tokens (8) reached", "end-of-text token",
+                                              "context full: tiny holds 512 tokens"]
+    assert [(g.ids, g.stop_reason) for g in generate_batch(tiny, prompts, 8)] == [(g.ids, g.stop_reason) for g in alone]
+
+
 @pytest.mark.parametrize("name", ["tiny", "small_llama", "smollm2"])
 def test_cached_logits_equal_transformers_uncached_pass(name, request):
     """Eight sequences in one pool: each decode row, and a prefill packed beside decode rows, gives the
