@@ -52,11 +52,11 @@ def unread(cache, d):  # -> the ids of d's prompt and answer that its sequence i
 
 
 def advance(model, cache, batch, keep=False):  # batch [Decoding], none stopped -> one forward call, a token each
-    """Each sequence one token further: the loop every decoder on a paged cache runs (generate_batch, serving's policies,
-    serve_shared_prefix): one packed forward call over what each sequence has not read yet (a prefill: its
-    prompt past any cached prefix; a decode: its last token), then each picks its next token and meets the stop
-    rules (generate.pick), and one that stopped gives its blocks back (keep=True: they stay held, for a caller
-    that counts the blocks in use at the end, then releases)."""
+    """Each sequence one token further: the loop every decoder on a paged cache runs (generate_batch, serving's
+    policies, serve_shared_prefix). One packed forward call over what each sequence has not read yet (a prefill:
+    its prompt past any cached prefix; a decode: its last token), then each picks its next token and meets the
+    stop rules (generate.pick), and one that stopped gives its blocks back (keep=True: they stay held, for a
+    caller that counts the blocks in use at the end, then releases them)."""
     logits = forward_rows(model, cache, [(d.seq, unread(cache, d)) for d in batch])  # [len(batch), V]
     for d, row in zip(batch, logits):
         pick(model, d.gen, row, d.rules)

@@ -388,7 +388,8 @@ def serve_shared_prefix(model, system, users, max_new_tokens=8, block_size=16, s
         seqs = [cache.add() for _ in user_ids]
     rules = Rules(max_new_tokens, stop_at_eos=False)  # greedy, every answer exactly max_new_tokens long
     # keep: blocks are counted once every answer is made, before anyone leaves; each answer grows in out.answers
-    batch = [Decoding(s, Generation(system_ids + u, answer), rules) for s, u, answer in zip(seqs, user_ids, out.answers)]
+    batch = [Decoding(s, Generation(system_ids + u, answer), rules)
+             for s, u, answer in zip(seqs, user_ids, out.answers)]
     for d in batch:  # prefills one by one, as serve does
         advance(model, cache, [d], keep=True)
     out.blocks["prompts"] = cache.pool.in_use
