@@ -185,6 +185,13 @@ def request_stream(model, n, seed=0, scale=0.1, max_len=None):
     return [Request(label(i), random_ids(model, p, seed=seed * 100_003 + i), a) for i, (p, a) in enumerate(lengths)]
 
 
+def check_fits(model, prompt_len, max_new_tokens, who, fix):
+    """A served answer is exactly max_new_tokens long (ignore_eos), so prompt and answer must fit the context."""
+    if max_new_tokens < 1 or prompt_len + max_new_tokens > model.config.n_ctx:
+        raise KVLibError(f"{who}{prompt_len} prompt tokens and {max_new_tokens} to answer must fit {model.name}'s "
+                         f"context of {model.config.n_ctx}, answering at least 1{fix}")
+
+
 def blocks_needed(request, block_size):  # blocks it holds at its end: the last token picked is never fed
     return blocks_for(len(request.prompt_ids) + request.max_new_tokens - 1, block_size)
 
@@ -202,10 +209,8 @@ def new_run(model, requests, policy="continuous", max_batch=4, block_size=16, n_
         if isinstance(r.prompt_ids, str) or not is_count(r.max_new_tokens):
             raise KVLibError(f"request {r.label}: prompt_ids holds token ids (model.encode(text) gives them) and "
                              f"max_new_tokens a whole number, not {r.prompt_ids!r:.40}, {r.max_new_tokens!r}")
-        if r.max_new_tokens < 1 or len(r.prompt_ids) + r.max_new_tokens > model.config.n_ctx:
-            raise KVLibError(f"request {r.label}: {len(r.prompt_ids)} prompt tokens and {r.max_new_tokens} to "
-                             f"answer must fit {model.name}'s context of {model.config.n_ctx}, answering at least 1 "
-                             "(request_stream's max_len keeps them inside)")
+        check_fits(model, len(r.prompt_ids), r.max_new_tokens,
+                   f"request {r.label}: ", " (request_stream's max_len keeps them inside)")
     need = [blocks_needed(r, block_size) for r in requests]
     n_blocks = sum(sorted(need)[-max_batch:]) if n_blocks is None else check_count(n_blocks, "n_blocks (or None)")
     if max(need) > n_blocks:
@@ -371,10 +376,8 @@ def serve_shared_prefix(model, system, users, max_new_tokens=8, block_size=16, s
     user_ids = [model.check_ids(u).tolist() for u in prompt_list(users, "serve_shared_prefix", "users")]
     if max_new_tokens < 1:
         raise KVLibError("give at least one user (each with at least one token of their own) and max_new_tokens >= 1")
-    for u in user_ids:  # each answers exactly max_new_tokens, so prompt and answer must fit, as serve's requests must
-        if len(system_ids) + len(u) + max_new_tokens > model.config.n_ctx:
-            raise KVLibError(f"a prompt of {len(system_ids) + len(u)} tokens and {max_new_tokens} to answer must fit "
-                             f"{model.name}'s context of {model.config.n_ctx}: shorten the prompts or the answers")
+    for u in user_ids:  # each answers exactly max_new_tokens, as serve's requests do
+        check_fits(model, len(system_ids) + len(u), max_new_tokens, "", ": shorten the prompts or the answers")
     out = SharedPrefix(share, block_size, block_size * model_kv_bytes_per_token(model.config, model.dtype.itemsize),
                        len(system_ids), [len(u) for u in user_ids], [[] for _ in user_ids])
     n_blocks = shared_blocks(len(system_ids), [len(system_ids) + len(u) + max_new_tokens for u in user_ids],
