@@ -5,8 +5,8 @@ outputs), shown by measuring real runs rather than by argument.
   more token, also without a cache. Every old token's q, k, v, attention output and block
   output come out the same both times: causal attention means an old token never sees a
   later one. Nothing about an old token ever needs computing twice.
-- `perturbation_effects` and `swap_effects`: change the cached K or V rows, in the very cache
-  object the next step reads, and that step's logits move: the new token's own query is
+- `perturbation_effects` and `swap_effects`: change the cached K or V rows, in a copy of the cache
+  (`KVCache.edited`) that the next step then reads, and that step's logits move: the new token's own query is
   scored against every cached key, and its weights mix every cached value. Putting another
   prompt's K and V into the cache turns the model into one that read that other prompt.
 - `gathered_instead_of_given`: why V and not the attention output O. A cached V row is what a
@@ -33,7 +33,7 @@ from .models import KVLibError
 from .trace import Trace
 
 PARTS = ("q", "k", "v", "out", "resid")  # what a Trace records for each token, in every layer
-CACHED = {"K": "keys", "V": "values"}
+CACHED = ("K", "V")  # what the cache keeps of each token
 
 
 def old_rows_change(model, ids, new_id):
@@ -64,11 +64,14 @@ def noisy_row(cache, part, layer, position, size, seed=0):
     if not 0 <= layer < len(cache.layers) or not 0 <= position < len(cache):
         raise KVLibError(f"the cache has {len(cache.layers)} layers and {len(cache)} positions: "
                          f"pick a layer in 0..{len(cache.layers) - 1} and a position in 0..{len(cache) - 1}")
-    new = cache.copy()
-    row = getattr(new.layers[layer], CACHED[part])[:, position]  # [nkv, hs], a view into the cache
-    noise = torch.randn(row.shape, generator=torch.Generator().manual_seed(seed)).to(row)
-    row += size * row.norm() / noise.norm() * noise
-    return new
+
+    def add_noise(i, K, V):  # K, V [nkv, S, hs]: the copy's own
+        if i == layer:
+            row = {"K": K, "V": V}[part][:, position]  # [nkv, hs], a view into the copy
+            noise = torch.randn(row.shape, generator=torch.Generator().manual_seed(seed)).to(row)
+            row += size * row.norm() / noise.norm() * noise
+
+    return cache.edited(add_noise)
 
 
 @dataclass
@@ -107,11 +110,14 @@ def swap_effects(model, ids, other_ids, next_ids):
     differ = [p for p, (a, b) in enumerate(zip(ids, other_ids)) if a != b]
     results = {}
     for label, parts in (("none", ()), ("K", ("K",)), ("V", ("V",)), ("K and V", ("K", "V"))):
-        cache = mine.copy()
-        for mine_l, theirs_l in zip(cache.layers, theirs.layers):
-            for part in parts:
-                getattr(mine_l, CACHED[part])[:, differ] = getattr(theirs_l, CACHED[part])[:, differ]
-        results[label] = model.forward(next_ids, cache=cache)[-1]
+
+        def swap(i, K, V):  # K, V [nkv, P, hs]: the copy's own; their rows where the prompts differ
+            if "K" in parts:
+                K[:, differ] = theirs.layers[i].keys[:, differ]
+            if "V" in parts:
+                V[:, differ] = theirs.layers[i].values[:, differ]
+
+        results[label] = model.forward(next_ids, cache=mine.edited(swap))[-1]
     results["other"] = model.forward(other_ids + model.check_ids(next_ids).tolist())[-1]
     return results
 
@@ -131,12 +137,14 @@ def gathered_instead_of_given(model, ids, new_id, layers):
         raise KVLibError(f"{model.name} has layers 0..{model.config.n_layer - 1}, not {list(layers)}")
     cache, trace = model.new_cache(), Trace()
     model.forward(ids, cache=cache, trace=trace)
-    swapped = cache.copy()
-    for layer in layers:
-        gathered = trace.layers[layer].out  # [nh, P, hs]: weights · V, what each old token took from the others
-        values = swapped.layers[layer].values  # [nkv, P, hs]: what each gives whoever reads it; a view of the copy
-        # grouped heads: nh // nkv query heads read one V head, so its stand-in is the mean of what they gathered
-        values[:] = gathered.view(values.shape[0], -1, *gathered.shape[1:]).mean(1)
+
+    def o_for_v(i, K, V):  # V [nkv, P, hs]: what each old token gives whoever reads it, in the copy
+        if i in layers:
+            gathered = trace.layers[i].out  # [nh, P, hs]: weights · V, what each old token took from the others
+            # grouped heads: nh // nkv query heads read one V head, so its stand-in is the mean of what they gathered
+            V[:] = gathered.view(V.shape[0], -1, *gathered.shape[1:]).mean(1)
+
+    swapped = cache.edited(o_for_v)
     return {"uncached": model.forward(ids + [int(new_id)])[-1],
             "K and V": model.forward([new_id], cache=cache)[-1],
             "K and O": model.forward([new_id], cache=swapped)[-1]}

@@ -181,10 +181,14 @@ def quantized_kv(model, ids, bits, keys="channel", values="token", recent=0):
     for start in range(0, len(ids_t), GROUP):
         logits.append(model.forward(ids_t[start:start + GROUP], cache=cache))  # [<=GROUP, V]
         ready = max(len(cache) - recent, 0) // GROUP * GROUP if bits is not None else 0
-        for layer in cache.layers if ready > done else ():  # keys/values view the cache's storage
-            layer.keys[:, done:ready] = quantize(layer.keys[:, done:ready], bits, keys)
-            layer.values[:, done:ready] = quantize(layer.values[:, done:ready], bits, values)
-        done = max(done, ready)
+        if ready > done:
+
+            def round_old(i, K, V):  # K, V [nkv, N, hs]: the groups done..ready stored in `bits` bits
+                K[:, done:ready] = quantize(K[:, done:ready], bits, keys)
+                V[:, done:ready] = quantize(V[:, done:ready], bits, values)
+
+            cache = cache.edited(round_old)  # the next chunk reads the rounded copy
+            done = ready
     total = len(ids_t)
     full = model.dtype.itemsize
     numbers = _baseline_bytes(model) // full  # per token

@@ -20,6 +20,9 @@ look at (`admit`, once per call), and, per layer, all the keys and values to att
   own buffer after them, so the shared blocks are never written (copy-on-write); each
   call gathers them beside the request's own tokens into the K and V it hands out,
   where vLLM's kernels read the blocks in place through the table.
+- Reading and changing: each layer's `keys` and `values` are for reading; a lesson that changes
+  what the cache holds (noise on a row, another prompt's rows) gets a changed copy from `edited`,
+  so the cache it started from, and any block it shares, stays as it was.
 """
 
 import torch
@@ -74,7 +77,9 @@ class LayerCache:
         return self.keys, self.values
 
     @property
-    def keys(self):  # [nkv, length, hs]: a view of our own buffer, or, with shared pieces, a gathered copy
+    def keys(self):  # [nkv, length, hs], to read: a view of our own buffer, or, with shared pieces, a gathered copy
+        """What attention reads. Read it; never write into it: a write would change this cache in place, or,
+        with shared pieces, vanish into a copy. A lesson that changes K or V asks KVCache.edited for a copy."""
         return self._held(0)
 
     @property
@@ -84,7 +89,7 @@ class LayerCache:
     def _held(self, kv):
         own = self.own()[kv]
         if not self._shared:
-            return own  # writing into it changes this cache, as writing into a list's items would
+            return own
         return torch.cat([piece[kv] for piece in self._shared] + ([own] if own is not None else []), 1)
 
     def pieces(self):  # -> [(k, v)]: the shared pieces, then our own tokens, in order
@@ -219,6 +224,19 @@ class KVCache:
     def copy(self):
         new = KVCache(0, self.window, self.sinks)
         new.layers, new.seen = [layer.copy() for layer in self.layers], self.seen
+        return new
+
+    def edited(self, edit):
+        """A copy of this cache with its K and V changed by edit(layer, K, V), which writes into K and V
+        [nkv, length, hs]: the copy's own tensors, one layer at a time. This cache stays as it was. The one way
+        to change what a cache holds (a lesson's noise, swapped rows, rounding), as `keys` and `values` are
+        for reading."""
+        if not len(self):
+            raise KVLibError("an empty cache has no K or V to edit: feed it tokens first")
+        new = self.copy()
+        for i, layer in enumerate(new.layers):
+            layer.unshare()  # every token in the copy's own buffer, so the edit's writes reach it
+            edit(i, layer.keys, layer.values)
         return new
 
     def __repr__(self):

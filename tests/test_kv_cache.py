@@ -255,3 +255,46 @@ def test_writing_into_a_copy_never_changes_the_original(tiny):
     twin_before = snapshot(twin)
     tiny.forward([9, 9], cache=cache)  # and the other way round
     assert_unchanged(twin, twin_before)
+
+
+def flip_keys_zero_values(i, K, V):  # an edit: every layer's keys negated, its values zeroed
+    K.mul_(-1)
+    V.zero_()
+
+
+def assert_flipped(changed, before):
+    for layer, (k, v) in zip(changed.layers, before):
+        assert torch.equal(layer.keys, -k) and layer.values.abs().sum() == 0
+
+
+def test_edited_changes_a_copy_that_the_next_step_reads_and_never_the_cache(tiny):
+    cache = tiny.new_cache()
+    tiny.forward([1, 2, 3, 4, 5], cache=cache)
+    before = snapshot(cache)
+    changed = cache.edited(flip_keys_zero_values)
+    assert_unchanged(cache, before)
+    assert_flipped(changed, before)
+    assert (changed.seen, len(changed)) == (5, 5)
+    # values all zero: attention outputs only the new token's own value share, so the next step's logits move
+    assert (tiny.forward([6], cache=changed) - tiny.forward([6], cache=cache.copy())).abs().max() > 1
+    assert_unchanged(cache, before)
+    with pytest.raises(kvlib.KVLibError, match="empty cache has no K or V to edit"):
+        tiny.new_cache().edited(flip_keys_zero_values)
+
+
+def test_edited_reaches_every_token_of_a_cache_started_from_shared_blocks(tiny):
+    """A cache that began from a prompt-cache hit hands out gathered copies of its shared pieces: writes into them
+    would vanish. Its edited copy holds every token itself, so the edit reaches all of them, and none the pieces."""
+    source = tiny.new_cache()
+    tiny.forward([1, 2, 3, 4], cache=source)
+    pieces = [[(layer.keys[:, :2], layer.values[:, :2]), (layer.keys[:, 2:], layer.values[:, 2:])]
+              for layer in source.layers]
+    cache = tiny.new_cache()
+    cache.share(pieces)
+    tiny.forward([5], cache=cache)  # a token of its own after the shared ones
+    before, stored = snapshot(cache), snapshot(source)
+    changed = cache.edited(flip_keys_zero_values)
+    assert_flipped(changed, before)
+    assert_unchanged(cache, before)
+    assert_unchanged(source, stored)
+    assert cache.shared_nbytes == 4 * tiny.config.n_layer * 2 * tiny.config.n_embd * 4  # still held by reference

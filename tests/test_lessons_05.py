@@ -59,7 +59,9 @@ def test_the_step_reads_the_cached_keys_and_values(model):
 
 def test_noisy_row_changes_one_row_of_a_copy(tiny):
     cache, _ = cache_evidence.prefill(tiny, [5, 17, 99, 3])
+    before = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
     changed = cache_evidence.noisy_row(cache, "V", layer=2, position=1, size=0.5)
+    assert all(torch.equal(layer.keys, k) and torch.equal(layer.values, v) for layer, (k, v) in zip(cache.layers, before))
     diff = (changed.layers[2].values - cache.layers[2].values).abs()
     assert diff[:, 1].max() > 0 and diff[:, [0, 2, 3]].max() == 0
     assert all((a.values == b.values).all() and (a.keys == b.keys).all()
