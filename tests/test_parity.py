@@ -1,16 +1,24 @@
-"""kvlib's glass-box forward pass against transformers' GPT2LMHeadModel (eager attention), and the one
-logit tolerance (bounds.py) against transformers' own float32 drift and the bugs it must still catch."""
+"""kvlib's glass-box forward pass against transformers' GPT2LMHeadModel (eager attention), the one logit
+tolerance (bounds.py) against transformers' own float32 drift and the bugs it must still catch, and the greedy
+answers of every decoder (generate, generate_batch, serve) against transformers' own, prompt by prompt."""
 
 import pytest
 import torch
 from transformers import GPT2LMHeadModel
 
 import kvlib
+from kvlib import batching, serving
 
 from bounds import assert_logits_close, hf_cached_vs_uncached, hf_logits, logit_bound
-from conftest import hf_model
+from conftest import hf_greedy, hf_model
 
 TEXT = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer"
+# eight prompts of eight lengths; SmolLM2 answers the chat one in fewer than NEW tokens, ending at its end-of-text
+# token; the last one starts with TEXT, so serving it after TEXT reads TEXT's full blocks from the pool's index
+PROMPTS = ["ROMEO.\nBut soft, what light", "The", "Once upon a time there was a king who", "Hi there",
+           "<|im_start|>user\nWhat is 2+2? Answer with one number.<|im_end|>\n<|im_start|>assistant\n", TEXT, "x y z",
+           TEXT + " " + TEXT]
+NEW = 12
 
 
 def check(model, hf, ids):
@@ -75,3 +83,50 @@ def test_the_bound_covers_transformers_own_drift_and_is_tight_enough_to_catch_a_
         numbers = f"{len(ids)} tokens: drift {drift:.2g}, bound {bound:.2g}, offset {shifted:.2g}, dropped row {dropped:.2g}"
         assert 4 * drift <= bound, numbers
         assert 4 * bound <= min(shifted, dropped), numbers
+
+
+def served(model, prompts, policy):  # serve's answers to the prompts, four slots (prefix caching on, as by default)
+    requests = [serving.Request(serving.label(i), p, NEW) for i, p in enumerate(prompts)]
+    return serving.serve(model, requests, policy, max_batch=4)
+
+
+@pytest.mark.parametrize("name", ["tiny", "smollm2"])
+def test_greedy_answers_are_what_transformers_answers_each_prompt_alone(name, request):
+    """generate (a prompt at a time), generate_batch (all eight together) and serve (static and continuous, four
+    slots) answer each prompt what transformers' own greedy generate answers it alone: stopping after its
+    end-of-text token as transformers does by default, or exactly NEW tokens long with that token taken like any
+    other (stop_at_eos=False; serve always answers so, as vLLM's benchmark does with ignore_eos)."""
+    model, hf = request.getfixturevalue(name), hf_model(request, name)
+    prompts = [model.encode(p) for p in PROMPTS]
+    assert len({len(p) for p in prompts}) == len(PROMPTS)
+    stopping = [hf_greedy(hf, p, NEW) for p in prompts]
+    whole = [hf_greedy(hf, p, NEW, stop_at_eos=False) for p in prompts]
+    assert [kvlib.generate(model, p, NEW).ids for p in prompts] == stopping
+    assert [g.ids for g in kvlib.generate_batch(model, prompts, NEW)] == stopping
+    assert [g.ids for g in kvlib.generate_batch(model, prompts, NEW, stop_at_eos=False)] == whole
+    for policy in serving.POLICIES:
+        run = served(model, prompts, policy)
+        assert [s.ids for s in run.served] == whole, policy
+        assert run.served[-1].reused == 16  # TEXT's first block read, not computed
+    if name == "smollm2":  # the end-of-text rule was met, and both ways of stopping were compared
+        assert len(stopping[4]) < NEW and stopping[4] == whole[4][:len(stopping[4])] != whole[4]
+
+
+@pytest.mark.parametrize("name", ["tiny", "smollm2"])
+def test_every_row_serve_decodes_has_transformers_uncached_logits(name, request, monkeypatch):
+    """Continuous serving of the eight prompts: the logits each scheduled row picks its token from (a prefill's
+    last row, or one of up to four sequences of different lengths decoded in one call) equal transformers' logits
+    of one pass over that sequence's whole text so far, without a cache, within bounds.py's tolerance."""
+    model, hf = request.getfixturevalue(name), hf_model(request, name)
+    rows, pick = [], batching.pick
+
+    def recording(model, gen, logits, rules):  # what advance hands pick: the sequence's text and its row's logits
+        rows.append((gen.prompt_ids + gen.ids, logits))
+        return pick(model, gen, logits, rules)
+
+    monkeypatch.setattr(batching, "pick", recording)
+    run = served(model, [model.encode(p) for p in PROMPTS], "continuous")
+    assert len(rows) == run.tokens == len(PROMPTS) * NEW  # every token picked from a recorded row
+    assert max(sum(cell is not None and cell[1] == "decode" for cell in step.cells) for step in run.steps) == 4
+    for text, logits in rows:
+        assert_logits_close(logits, hf_logits(hf, text)[-1], model)
