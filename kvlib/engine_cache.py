@@ -36,13 +36,13 @@ no noise closes.
 """
 
 import statistics
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .endpoint import Endpoint, connect
 from .errors import KVLibError
+from .measure import timed
 from .prompt_cache import PromptCache
 from .texttable import text_table
 
@@ -163,10 +163,8 @@ def parallel_slots(engine, shared, tails, max_tokens=8):
     replies, seconds = {}, {}
     with ThreadPoolExecutor(n) as pool:
         for name in ROUNDS:
-            t0 = time.perf_counter()
-            replies[name] = list(pool.map(lambda p, slot: ep.complete(p, max_tokens=max_tokens, id_slot=slot),
-                                          prompts, plan[name]))
-            seconds[name] = time.perf_counter() - t0
+            replies[name], seconds[name] = timed(lambda: list(pool.map(
+                lambda p, slot: ep.complete(p, max_tokens=max_tokens, id_slot=slot), prompts, plan[name])))
     return ParallelRun(prompts, replies, plan, seconds)
 
 

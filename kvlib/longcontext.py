@@ -6,14 +6,13 @@ of attention grows linearly with the context, while the weight matmuls stay fixe
 """
 
 import bisect
-from contextlib import contextmanager
 
 import torch
 
 from . import memory
-from .errors import KVLibError, check_count
+from .errors import KVLibError
 from .gpt2 import fused_attention
-from .measure import random_ids, timed
+from .measure import check_repeats, one_thread, random_ids, timed
 from .texttable import text_table
 
 ATTENTION = "attention (scores and mixing)"
@@ -23,29 +22,13 @@ ATTENTION = "attention (scores and mixing)"
 SHAPES = {name: memory.as_config(memory.CATALOGUE[name]) for name in ("GPT-2 small", "SmolLM2-135M")}
 
 
-@contextmanager
-def one_thread():
-    """Run on one CPU thread: on a busy machine a matmul split over two threads waits for the slower
-    one, and a thread descheduled by other work stalls it for a whole time slice (~100 ms here)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def check_repeats(repeats):  # the fastest of 0 repeats would be an infinite time
-    check_count(repeats, "repeats (timed rounds, the fastest kept)")
-
-
 def step_seconds_by_context(model, lengths, repeats=5, seed=0):
     """Seconds of one cached decode step (one token fed) after each number of cached tokens in `lengths`.
 
     One cache per length is filled first; then, round after round (an untimed one first), each is
     fed one token, timed, and the appended token dropped again, so every repeat sees the same cache, and a busy moment
     of the machine slows all lengths of a round alike. The fastest repeat of each length is kept,
-    on one thread (see one_thread)."""
+    on one thread (see measure.one_thread)."""
     lengths = sorted(int(n) for n in lengths)
     if not lengths or lengths[0] < 1 or lengths[-1] >= model.config.n_ctx:
         raise KVLibError(f"lengths must lie between 1 and {model.config.n_ctx - 1} ({model.name}'s context "

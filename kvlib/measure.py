@@ -1,5 +1,6 @@
-"""Measuring tools every lesson and the benchmark share: a clock that waits for the device,
-random prompts, and the bytes and bare matmuls a decode step cannot do without.
+"""Measuring tools every lesson and the benchmark share: a clock that waits for the device, one CPU
+thread to time on, the count of rounds whose fastest is kept, random prompts, and the bytes and bare
+matmuls a decode step cannot do without.
 
 Every clock read here first waits for the device (`models.synchronize`): a GPU runs
 ahead of Python, and a clock read without waiting times the queueing, not the work.
@@ -7,10 +8,12 @@ ahead of Python, and a clock read without waiting times the queueing, not the wo
 
 import statistics
 import time
+from contextlib import contextmanager
 
 import torch
 
 from . import models
+from .errors import check_count
 
 
 def timed(fn, device="cpu"):
@@ -20,6 +23,22 @@ def timed(fn, device="cpu"):
     out = fn()
     models.synchronize(device)
     return out, time.perf_counter() - t0
+
+
+@contextmanager
+def one_thread():
+    """Run on one CPU thread: on a busy machine a matmul split over two threads waits for the slower
+    one, and a thread descheduled by other work stalls it for a whole time slice (~100 ms here)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def check_repeats(repeats):  # the fastest of 0 repeats would be an infinite time
+    check_count(repeats, "repeats (timed rounds, the fastest kept)")
 
 
 def random_ids(model, n, seed):

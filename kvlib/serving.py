@@ -52,8 +52,7 @@ from dataclasses import dataclass, field, replace
 from .batching import Decoding, advance, forward_rows, prompt_list
 from .errors import KVLibError, check_count, is_count
 from .generate import Generation, Rules
-from .longcontext import check_repeats, one_thread
-from .measure import random_ids
+from .measure import check_repeats, one_thread, random_ids
 from .memory import model_kv_bytes_per_token
 from .paged_cache import PagedKVCache, blocks_for
 from .paging import request_lengths
@@ -311,7 +310,7 @@ def side_by_side(model, requests, max_batch=4, block_size=16, n_blocks=None, rep
 
     After a warm-up run of each, `repeats` rounds in which the two runs take turns call by call, the one less
     far through its calls going next, so both spread over the same moments of a busy machine; then the
-    fastest time of each call (fastest). All on one CPU thread (longcontext.one_thread): on a busy machine a
+    fastest time of each call (fastest). All on one CPU thread (measure.one_thread): on a busy machine a
     call split over two threads waits for the slower one, and torch splits only the larger calls, so the
     batch's own rows would be what is slowed (measured here: a 4-row decode step 2.4 ms on one thread, 11 ms
     on two)."""

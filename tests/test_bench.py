@@ -58,6 +58,17 @@ def test_timed_waits_on_both_sides_of_the_work(events):
     assert events == ["sync", "clock", "work", "sync", "clock"]
 
 
+def test_one_thread_restores_the_thread_count():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # not 1, which a context that never restored would leave too
+    try:
+        with measure.one_thread():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_transformers_arrivals_wait_for_the_device(events):
     arrivals = bench.Arrivals("cpu")
     arrivals.put(torch.tensor([1]))

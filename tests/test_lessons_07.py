@@ -147,18 +147,6 @@ def test_cache_read_times_the_cache_in_the_models_shape(small_llama, monkeypatch
     assert set(read) == {((c.n_head, 1, c.head_dim), (c.n_kv_head, 8, c.head_dim), (c.n_kv_head, 8, c.head_dim))}
 
 
-def test_one_thread_restores_the_thread_count():
-    import torch
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)  # not 1, which a context that never restored would leave too
-    try:
-        with longcontext.one_thread():
-            assert torch.get_num_threads() == 1
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
-
-
 def test_the_lesson_tables_and_timings_refuse_what_they_cannot_measure(tiny):
     for table in (lambda: longcontext.kv_table(["Llama-3-8B", "GPT-9"]), lambda: longcontext.mistakes_table("GPT-9", 8192)):
         with pytest.raises(KVLibError, match="'GPT-9' is not in the catalogue: pick one of GPT-2 small"):

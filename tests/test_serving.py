@@ -12,8 +12,7 @@ import torch
 
 from kvlib import KVLibError, memory, paging, serving
 from kvlib.compression import heldout_ids
-from kvlib.longcontext import one_thread
-from kvlib.measure import random_ids
+from kvlib.measure import one_thread, random_ids
 from test_generate import hf_greedy
 
 

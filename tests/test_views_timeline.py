@@ -9,7 +9,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import pytest
 
 from kvlib import KVLibError, serving
-from kvlib.longcontext import one_thread
+from kvlib.measure import one_thread
 from kvlib.views import ServingTimeline
 from kvlib.views.base import MAX_STATE_BYTES
 
