@@ -7,6 +7,7 @@ follow it. The rules that are not plain layering are written out below, each bes
 of ARCHITECTURE.md it checks."""
 
 import ast
+import json
 import re
 from functools import cache
 from pathlib import Path
@@ -189,9 +190,38 @@ def test_exercises_never_import_widgets():
     assert not wrong, f"exercise modules import kvlib.widgets: {wrong}"
 
 
+def notebook_imports(path):
+    """The kvlib modules (and names from kvlib) a notebook's code cells import, IPython's magics left out."""
+    names = set()
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] == "code":
+            code = "\n".join(line for line in "".join(cell["source"]).splitlines()
+                             if not line.lstrip().startswith(("%", "!")))
+            for node in ast.walk(ast.parse(code)):
+                if isinstance(node, ast.Import):
+                    names |= {a.name.removeprefix("kvlib.") for a in node.names if a.name.startswith("kvlib.")}
+                elif isinstance(node, ast.ImportFrom) and node.module == "kvlib":
+                    names |= {a.name for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kvlib."):
+                    names.add(node.module.removeprefix("kvlib."))
+    return names
+
+
 def test_only_the_command_line_imports_bench():
     importers = sorted(name for name in modules() if "bench" in imports(name)[0])
     assert importers == ["__main__"], f"bench is imported by {importers}; take timed and random_ids from measure"
+    notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    assert len(notebooks) == 8
+    wrong = [nb.name for nb in notebooks if "bench" in notebook_imports(nb)]
+    assert not wrong, f"{wrong} import bench; take the measurements the lessons share with it from speed"
+
+
+@pytest.mark.parametrize("source", ["%%needs smollm2\nfrom kvlib import (plots,\n    bench)", "import kvlib.bench",
+                                    "from kvlib.bench import prompt_caching"])
+def test_a_notebooks_imports_are_read_past_its_magics(tmp_path, source):
+    cell = {"cell_type": "code", "source": source.splitlines(keepends=True)}
+    (tmp_path / "nb.ipynb").write_text(json.dumps({"cells": [{"cell_type": "markdown", "source": ["bench"]}, cell]}))
+    assert "bench" in notebook_imports(tmp_path / "nb.ipynb")
 
 
 def test_only_download_uses_the_network():

@@ -10,7 +10,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from kvlib import KVLibError, bench, cache_evidence, exercises, memory, plots, widgets
+from kvlib import KVLibError, cache_evidence, exercises, memory, plots, speed, widgets
 from kvlib.exercises import n05
 from kvlib.models import Config
 
@@ -295,12 +295,12 @@ def test_the_notebook_says_what_its_checker_checks():
 
 
 def test_step_seconds_times_only_the_lengths_asked(tiny):
-    r = bench.step_seconds(tiny, lengths=(40, 8, 20), repeats=1)
+    r = speed.step_seconds(tiny, lengths=(40, 8, 20), repeats=1)
     assert r["lengths"].tolist() == [8, 20, 40] and r["repeats"] == 1
     assert r["cached"].shape == r["uncached"].shape == (3,) and (r["cached"] > 0).all() and (r["uncached"] > 0).all()
     for bad in ((), (1, 8), (8, tiny.config.n_ctx + 1)):
         with pytest.raises(KVLibError, match="lengths must lie between 2 and"):
-            bench.step_seconds(tiny, lengths=bad)
+            speed.step_seconds(tiny, lengths=bad)
     with pytest.raises(KVLibError, match="repeats"):
-        bench.step_seconds(tiny, lengths=(8,), repeats=0)
+        speed.step_seconds(tiny, lengths=(8,), repeats=0)
 

@@ -314,10 +314,10 @@ def test_batch_rates_times_the_bare_matmuls_as_it_times_the_steps(tiny, monkeypa
     """Notebook 8 sets whole decode steps beside their bare weight matmuls: both timed in the same rounds (the
     matmuls right after each size's steps, as many runs as timed steps), b tokens over a median, the best round
     kept. Which gained more is the machine's to say; what was timed when, and which round counts, is pinned here."""
-    from kvlib import bench
+    from kvlib import speed
 
     order, rounds = [], iter(range(100))
-    real = bench.generate_batch
+    real = speed.generate_batch
 
     def steps(model, prompts, **kw):
         gens = real(model, prompts, **kw)
@@ -328,10 +328,10 @@ def test_batch_rates_times_the_bare_matmuls_as_it_times_the_steps(tiny, monkeypa
         order.append(("matmuls", batch, repeats))
         return 0.01 * batch / (1 + next(rounds))  # faster each call: the last round is the best
 
-    monkeypatch.setattr(bench, "generate_batch", steps)
-    monkeypatch.setattr(bench, "bare_matmul_seconds", matmuls)
-    r = bench.batch_rates(tiny, (1, 4), prompt_len=4, new_tokens=3, repeats=2, bare=True)
+    monkeypatch.setattr(speed, "generate_batch", steps)
+    monkeypatch.setattr(speed, "bare_matmul_seconds", matmuls)
+    r = speed.batch_rates(tiny, (1, 4), prompt_len=4, new_tokens=3, repeats=2, bare=True)
     # a warm-up round and 2 timed ones; each size's matmuls right after its steps, as many runs as its timed steps
     assert order == [(kind, b, 2) for _ in range(3) for b in (1, 4) for kind in ("steps", "matmuls")]
     assert r["bare_tokens_per_second"] == {1: pytest.approx(1 / (0.01 / 5)), 4: pytest.approx(4 / (0.04 / 6))}
-    assert "bare_tokens_per_second" not in bench.batch_rates(tiny, (1,), prompt_len=4, new_tokens=3, repeats=1)
+    assert "bare_tokens_per_second" not in speed.batch_rates(tiny, (1,), prompt_len=4, new_tokens=3, repeats=1)

@@ -1,0 +1,113 @@
+"""How fast kvlib's own paths run, measured for the lessons: a decode step with and without the KV cache
+(notebook 5), time to first token with a warm, a cold and no prompt cache (notebooks 6 and 7), and batched
+decoding's tokens per second (notebook 8). The benchmark suite (bench.py, `python -m kvlib bench`) runs them
+too, beside transformers.
+
+Each takes turns between what it compares and keeps the fastest (or the median) of several rounds, so a busy
+moment of the machine slows all alike; the clock is measure.timed, which waits for the device.
+"""
+
+import statistics
+
+import numpy as np
+import torch
+
+from .batching import generate_batch
+from .errors import KVLibError
+from .measure import bare_matmul_seconds, random_ids, timed
+
+
+def step_seconds(model, lengths=(32, 64, 128, 256, 512), repeats=3, seed=0):
+    """Seconds of one decode step after each number of tokens in `lengths`: with the cache (one token fed
+    to a cache holding the others) and without (all the tokens fed again), each the fastest of `repeats`
+    timed rounds.
+
+    Only these lengths are timed; nothing between them is interpolated. The lengths take turns, after an
+    untimed round, so a busy moment of the machine slows all of them alike."""
+    lengths = sorted(int(n) for n in lengths)
+    if not lengths or lengths[0] < 2 or lengths[-1] > model.config.n_ctx:
+        raise KVLibError(f"lengths must lie between 2 and {model.config.n_ctx} ({model.name}'s context); "
+                                f"got {lengths}")
+    if not isinstance(repeats, int) or repeats < 1:
+        raise KVLibError(f"repeats is how many timed rounds to keep the fastest of: 1 or more, not {repeats!r}")
+    ids = random_ids(model, lengths[-1], seed)
+    best = {"cached": [float("inf")] * len(lengths), "uncached": [float("inf")] * len(lengths)}
+    with torch.inference_mode():
+        caches, cache = [], model.new_cache()
+        for n in lengths:  # a cache holding the n - 1 tokens before each step's one
+            model.forward(ids[len(cache):n - 1], cache=cache, last_only=True)
+            caches.append(cache.copy())
+        for round in range(repeats + 1):  # round 0 warms up
+            for k, (n, cache) in enumerate(zip(lengths, caches)):
+                _, cached = timed(lambda: model.forward(ids[n - 1:n], cache=cache, last_only=True), model.device)
+                cache.crop(n - 1)  # forget the timed token: the next round sees the same cache
+                _, uncached = timed(lambda: model.forward(ids[:n], last_only=True), model.device)
+                if round:
+                    best["cached"][k] = min(best["cached"][k], cached)
+                    best["uncached"][k] = min(best["uncached"][k], uncached)
+    return {"lengths": np.array(lengths), "repeats": repeats, **{k: np.array(v) for k, v in best.items()}}
+
+
+PREFILLS = {"none": "no prompt cache", "cold": "prompt cache, cold (0 % hits)", "warm": "prompt cache, warm"}
+
+
+def prompt_caching(model, prompt_len=1024, uncached_tail=16, repeats=3, seed=0, kinds=tuple(PREFILLS)):
+    """Median prefill seconds ("seconds") and the fastest ("best": the least disturbed by a busy machine) of
+    a prompt whose all but `uncached_tail` tokens are cached (warm), of the same prompt through an empty
+    prompt cache (cold), and with no prompt cache (none); `kinds` picks which of them to time."""
+    from .prompt_cache import PromptCache
+
+    shared = random_ids(model, prompt_len - uncached_tail, seed)
+    warm = PromptCache(model, block_size=16)
+    warm.prefill(shared + random_ids(model, 1, seed + 1))  # caches the shared part
+    runs = {k: [] for k in PREFILLS if k in kinds}
+    for r in range(repeats):  # interleaved, so drift hits all three alike; a new tail each time
+        prompt = shared + random_ids(model, uncached_tail, seed + 2 + r)
+        if "none" in runs:
+            runs["none"].append(timed(lambda: model.forward(prompt, cache=model.new_cache(), last_only=True),
+                                      model.device)[1])
+        if "cold" in runs:
+            runs["cold"].append(PromptCache(model, block_size=16).prefill(prompt).seconds)
+        res, seconds = timed(lambda: warm.prefill(prompt), model.device)  # always: its receipt is returned
+        if "warm" in runs:
+            runs["warm"].append(seconds)
+    return {"seconds": {k: statistics.median(v) for k, v in runs.items()},
+            "best": {k: min(v) for k, v in runs.items()}, "receipt": res.receipt,
+            "prompt_len": prompt_len, "model": model.name}
+
+
+BATCHES = (1, 8, 32)
+
+
+def batch_rates(model, batches=BATCHES, prompt_len=32, new_tokens=16, repeats=2, seed=0, bare=False):
+    """Total decode tokens/s of generate_batch at each batch size: random prompts of prompt_len tokens,
+    new_tokens each (no early stop), the decode steps timed (not the prefills, which run one prompt at a
+    time); b tokens per a round's median step (a step the machine stalled does not count), every size taken
+    in turn, best of `repeats` rounds after a warm-up; ratios to the smallest.
+    bare=True also times the step's weight matmuls alone (measure.bare_matmul_seconds) at each size, the same
+    way: in the same rounds, right after that size's steps, as many runs as decode steps, b tokens per their
+    median, the best round kept ("bare_tokens_per_second")."""
+    best, best_bare = {}, {}
+    for round in range(repeats + 1):  # round 0 warms up
+        for b in batches:
+            prompts = [random_ids(model, prompt_len, seed + i) for i in range(b)]
+            gens = generate_batch(model, prompts, max_new_tokens=new_tokens, stop_at_eos=False)
+            steps = gens[0].step_seconds[1:]  # every sequence takes part in every decode step
+            matmuls = bare_matmul_seconds(model, repeats=len(steps), batch=b) if bare else None
+            if round:
+                best[b] = max(best.get(b, 0), b / statistics.median(steps))
+                if bare:
+                    best_bare[b] = max(best_bare.get(b, 0), b / matmuls)
+    return {"prompt_len": prompt_len, "new_tokens": new_tokens, "tokens_per_second": best,
+            "over_batch_1": {b: tps / best[batches[0]] for b, tps in best.items()},
+            **({"bare_tokens_per_second": best_bare} if bare else {})}
+
+
+def report_prompt_caching(r):
+    t, rc = r["seconds"], r["receipt"]
+    print(f"{r['model']}, {r['prompt_len']}-token prompt, time to first token (median of runs):")
+    for key, label in PREFILLS.items():
+        print(f"  {label:<32} {t[key] * 1e3:9.1f} ms")
+    print(f"  warm receipt: {rc.input_tokens} input, {rc.cached_tokens} cached, {rc.written_tokens} written")
+    print(f"  warm vs cold: {t['cold'] / t['warm']:.1f}x faster")
+    print(f"  cost of a 0 % hit rate: {t['cold'] / t['none'] - 1:+.1%} over no prompt cache")
