@@ -14,7 +14,7 @@ import torch
 
 from .batching import generate_batch
 from .errors import KVLibError
-from .measure import bare_matmul_seconds, random_ids, timed
+from .measure import bare_matmul_seconds, check_repeats, random_ids, timed
 
 
 def step_seconds(model, lengths=(32, 64, 128, 256, 512), repeats=3, seed=0):
@@ -27,9 +27,8 @@ def step_seconds(model, lengths=(32, 64, 128, 256, 512), repeats=3, seed=0):
     lengths = sorted(int(n) for n in lengths)
     if not lengths or lengths[0] < 2 or lengths[-1] > model.config.n_ctx:
         raise KVLibError(f"lengths must lie between 2 and {model.config.n_ctx} ({model.name}'s context); "
-                                f"got {lengths}")
-    if not isinstance(repeats, int) or repeats < 1:
-        raise KVLibError(f"repeats is how many timed rounds to keep the fastest of: 1 or more, not {repeats!r}")
+                         f"got {lengths}")
+    check_repeats(repeats)
     ids = random_ids(model, lengths[-1], seed)
     best = {"cached": [float("inf")] * len(lengths), "uncached": [float("inf")] * len(lengths)}
     with torch.inference_mode():
