@@ -2,7 +2,7 @@
 outputs), shown by measuring real runs rather than by argument.
 
 - `old_rows_change`: the prompt through the model without a cache, then the prompt plus one
-  more token, also without a cache. Every old token's q, k, v, attention output and block
+  more token, also without a cache (`rows_change` compares two such passes' Traces). Every old token's q, k, v, attention output and block
   output come out the same both times: causal attention means an old token never sees a
   later one. Nothing about an old token ever needs computing twice.
 - `perturbation_effects` and `swap_effects`: change the cached K or V rows, in a copy of the cache
@@ -43,10 +43,19 @@ def old_rows_change(model, ids, new_id):
     before, after = Trace(), Trace()
     model.forward(ids, trace=before)
     model.forward(ids + [int(new_id)], trace=after)
-    n = len(ids)
-    # rows sit on the second-to-last axis: [nh, T, hs] for q/k/v/out, [T, C] for resid
-    return {part: [(getattr(a, part)[..., :n, :] - getattr(b, part)).abs().max().item()
-                   for a, b in zip(after.layers, before.layers)] for part in PARTS}
+    return rows_change(before, after)
+
+
+def rows_change(before, after, parts=PARTS):
+    """Traces of a text and of that text and more, both without a cache -> {part: [per layer, the largest
+    |difference| of the old tokens' rows]}. Rows sit on the second-to-last axis ([nh, T, hs] for q/k/v/out,
+    [T, C] for resid, [nh, T, S] for scores and weights, whose old rows are cut to the old columns too: a
+    later token is masked from them)."""
+    def old(t, like):  # t's part that `like` covers
+        return t[..., :like.shape[-2], :like.shape[-1]]
+
+    return {part: [(old(getattr(a, part), getattr(b, part)) - getattr(b, part)).abs().max().item()
+                   for a, b in zip(after.layers, before.layers)] for part in parts}
 
 
 def prefill(model, ids):

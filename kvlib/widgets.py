@@ -14,6 +14,7 @@ from typing import NamedTuple
 import ipywidgets as W
 
 from . import embeddings, plots, pricing, tokenization
+from .cache_evidence import rows_change
 from .errors import KVLibError, is_count
 from .generate import check_sampling, generate
 from .memory import forward_macs
@@ -276,7 +277,7 @@ class AttentionExplorer(App):
 
 
 def _largest_change(before, after):  # Traces of n and n+1 tokens -> the largest change of an old weight, any layer and head
-    return max((a.weights[:, :-1, :-1] - b.weights).abs().max().item() for b, a in zip(before.layers, after.layers))
+    return max(rows_change(before, after, ["weights"])["weights"])
 
 
 class GridFilling(App):
