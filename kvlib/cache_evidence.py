@@ -146,12 +146,13 @@ def gathered_instead_of_given(model, ids, new_id, layers):
         raise KVLibError(f"{model.name} has layers 0..{model.config.n_layer - 1}, not {list(layers)}")
     cache, trace = model.new_cache(), Trace()
     model.forward(ids, cache=cache, trace=trace)
+    heads = model.config.kv_head(torch.arange(model.config.n_head))  # [nh]: the K/V head each query head reads
 
     def o_for_v(i, K, V):  # V [nkv, P, hs]: what each old token gives whoever reads it, in the copy
         if i in layers:
             gathered = trace.layers[i].out  # [nh, P, hs]: weights · V, what each old token took from the others
-            # grouped heads: nh // nkv query heads read one V head, so its stand-in is the mean of what they gathered
-            V[:] = gathered.view(V.shape[0], -1, *gathered.shape[1:]).mean(1)
+            # grouped heads: several query heads read one V head, so its stand-in is the mean of what they gathered
+            V[:] = torch.stack([gathered[heads == j].mean(0) for j in range(len(V))])
 
     swapped = cache.edited(o_for_v)
     return {"uncached": model.forward(ids + [int(new_id)])[-1],
@@ -159,10 +160,11 @@ def gathered_instead_of_given(model, ids, new_id, layers):
             "K and O": model.forward([new_id], cache=swapped)[-1]}
 
 
-def attention_row(q, K, V):  # q [nh, 1, hs], K and V [nkv, S, hs] -> weights [nh, 1, S], out [nh, 1, hs]
-    """One new token's attention from its query and the cached keys and values, and nothing else. No
-    mask: a new token may read every cached token, itself included."""
-    K, V = (t.repeat_interleave(q.shape[0] // t.shape[0], 0) for t in (K, V))  # row h: Config.kv_head(h)'s K/V
+def attention_row(q, K, V, config):  # q [nh, 1, hs], K and V [nkv, S, hs] -> weights [nh, 1, S], out [nh, 1, hs]
+    """One new token's attention from its query and the cached keys and values, and nothing else; query
+    head h reads K/V head config.kv_head(h). No mask: a new token may read every cached token, itself included."""
+    heads = config.kv_head(torch.arange(q.shape[0]))  # [nh]
+    K, V = K[heads], V[heads]  # [nh, S, hs]: row h is the K/V head that query head h reads
     weights = torch.softmax(q @ K.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)  # [nh, 1, S]
     return weights, weights @ V
 
@@ -188,8 +190,8 @@ def new_row(model, ids, layer):
     model.forward(ids[:-1], cache=cache)                  # the old tokens: the cache keeps their K and V only
     model.forward(ids[-1:], cache=cache, trace=step)      # the new token: its q, its k and v join the cache
     K, V = cache.layers[layer].keys, cache.layers[layer].values  # [nkv, S, hs]
-    weights, out = attention_row(step.layers[layer].q, K, V)
-    previous, _ = attention_row(full.layers[layer].q[:, -2:-1], K, V)
+    weights, out = attention_row(step.layers[layer].q, K, V, model.config)
+    previous, _ = attention_row(full.layers[layer].q[:, -2:-1], K, V, model.config)
     return NewRow(full.layers[layer].weights[:, -1:], weights, previous, full.layers[layer].out[:, -1:], out)
 
 

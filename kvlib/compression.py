@@ -20,7 +20,7 @@ Three ways real models shrink the cache, measured here:
 Shapes, as in gpt2.py: T tokens, V vocabulary, nh query heads, nkv K/V heads, hs head size.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -106,8 +106,8 @@ def _measure(name, model, ids, logits, bytes_per_token):  # [T], [T, V] -> Resul
 def grouped_params(model, n_kv_head):
     """A copy of the weights of a model with one K/V head per query head (GPT-2's) where each group
     of nh // n_kv_head heads shares one K and one V: the mean of the group's K (and V) projection
-    weights and biases (the conversion Ainslie et al., "GQA", 2023, start from). Consecutive heads
-    share, as Config.kv_head groups them.
+    weights and biases (the conversion Ainslie et al., "GQA", 2023, start from). The heads that
+    share are those Config.kv_head gives one K/V head (of a config with n_kv_head of them).
 
     The shared head is repeated into each of the group's slots, so kvlib's own forward pass runs
     unchanged and every query head reads its group's one K/V head; a real GQA cache stores it once."""
@@ -118,11 +118,12 @@ def grouped_params(model, n_kv_head):
     if not is_count(n_kv_head) or n_kv_head < 1 or c.n_head % n_kv_head:
         raise KVLibError(f"n_kv_head must divide {model.name}'s {c.n_head} heads (e.g. {c.n_head // 2}), "
                          f"not {n_kv_head!r}")
-    group = c.n_head // n_kv_head
+    heads = replace(c, n_kv_head=n_kv_head).kv_head(torch.arange(c.n_head))  # [nh]: the K/V head each will read
 
-    def share(t):  # [..., nh * hs] -> [..., nh * hs], each group's heads replaced by their mean
-        heads = t.unflatten(-1, (n_kv_head, group, c.head_dim))  # [..., nkv, group, hs]
-        return heads.mean(-2, keepdim=True).expand_as(heads).flatten(-3)
+    def share(t):  # [..., nh * hs] -> [..., nh * hs], each head replaced by the mean of the heads sharing its K/V head
+        columns = t.unflatten(-1, (c.n_head, c.head_dim))  # [..., nh, hs]
+        means = torch.stack([columns[..., heads == j, :].mean(-2) for j in range(n_kv_head)], -2)  # [..., nkv, hs]
+        return means[..., heads, :].flatten(-2)
 
     return {**model.params, "h": [model.family.map_kv(p, share) for p in model.params["h"]]}
 

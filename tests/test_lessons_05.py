@@ -142,6 +142,21 @@ def test_gathered_replaces_values_in_the_named_layers_only(tiny, monkeypatch):
         assert (changed[1:].min() > 1e-3) if layer in (1, 3) else (changed.max() == 0), layer
 
 
+def test_a_grouped_v_head_stands_in_for_what_its_own_query_heads_gathered(small_llama, monkeypatch):
+    """small_llama's query heads 0, 1 read K/V head 0 and 2, 3 read 1 (test_llama pins it against transformers):
+    each V head's stand-in is the mean of its own query heads' attention outputs."""
+    seen = []
+    forward = small_llama.forward
+    monkeypatch.setattr(small_llama, "forward", lambda ids, cache=None, **kw: (seen.append((cache and cache.copy(), kw)),
+                                                                             forward(ids, cache=cache, **kw))[1])
+    cache_evidence.gathered_instead_of_given(small_llama, [5, 17, 99, 3], 11, [1])
+    out = seen[0][1]["trace"].layers[1].out  # [nh, P, hs], from the prefill
+    swapped = seen[-1][0].layers[1].values    # [nkv, P, hs], what the "K and O" step read
+    for kv, heads in enumerate(([0, 1], [2, 3])):
+        assert torch.allclose(swapped[kv], out[heads].mean(0))
+    assert not torch.allclose(swapped[0], out[[0, 2]].mean(0))  # heads of two groups would give another stand-in
+
+
 def test_smollm2_needs_what_each_token_gives(smollm2, smollm2_hf):
     france, fed = smollm2.encode("The capital of France"), smollm2.encode(" is")[0]
     off, runs = given_or_gathered(smollm2, smollm2_hf, france, fed, [20])
@@ -172,7 +187,7 @@ def test_attention_row_is_the_models_attention(small_llama):
     small_llama.forward([5, 17, 99], cache=cache)
     small_llama.forward([3], cache=cache, trace=trace)
     t = trace.layers[1]
-    weights, out = cache_evidence.attention_row(t.q, cache.layers[1].keys, cache.layers[1].values)
+    weights, out = cache_evidence.attention_row(t.q, cache.layers[1].keys, cache.layers[1].values, small_llama.config)
     assert torch.allclose(weights, t.weights, atol=1e-6) and torch.allclose(out, t.out, atol=1e-6)
     with pytest.raises(KVLibError, match="at least 2 tokens"):
         cache_evidence.new_row(small_llama, [5], 0)
