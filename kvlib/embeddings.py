@@ -13,8 +13,9 @@ import torch
 from . import memory
 from .models import KVLibError
 
-# candidate families; each model keeps the words that are one token in its own vocabulary
-FAMILIES = {
+# candidate families of words (models.FAMILIES are families of models); each model keeps the words that are
+# one token in its own vocabulary
+WORD_FAMILIES = {
     "number words": "one two three four five six seven eight nine ten twenty hundred thousand",
     "kin and rank": "king queen lord lady duke prince father mother brother sister son daughter wife husband",
     "names": "Romeo Juliet Hamlet Caesar Brutus Richard Henry John Edward Antonio",
@@ -23,10 +24,10 @@ FAMILIES = {
 }
 
 
-def families(model, per_family=8, min_size=4):  # -> {family: [(word, id)]}
+def word_families(model, per_family=8, min_size=4):  # -> {family: [(word, id)]}
     """Words of each family that the model's tokenizer keeps whole (with GPT-2's leading space)."""
     out = {}
-    for family, words in FAMILIES.items():
+    for family, words in WORD_FAMILIES.items():
         whole = [(w, ids[0]) for w in words.split() if len(ids := model.encode(" " + w)) == 1]
         if len(whole) >= min_size:
             out[family] = whole[:per_family]
@@ -78,7 +79,7 @@ def separation_per_family(coords, labels):  # -> {family: share of its words nea
 
 
 def separation_by_dims(model, max_dims=10):  # -> [separation in 1D, 2D, ..., max_dims D]
-    fams = families(model)
+    fams = word_families(model)
     scores = []
     for dims in range(1, max_dims + 1):
         coords, _, labels = project(model, fams, dims)

@@ -230,7 +230,7 @@ class EmbeddingSpace(App):
     separation score beside them), and a word's nearest neighbours (looked up in the kernel)."""
 
     def __init__(self, model, dims=1):
-        self.model, self.families = model, embeddings.families(model)
+        self.model, self.families = model, embeddings.word_families(model)
         self.view = EmbeddingMap.of(model, self.families, dims)
         self.word = W.Text(value="king", description="Neighbours of", continuous_update=False,
                            style={"description_width": "initial"})

@@ -25,7 +25,7 @@ def test_similarity_is_the_cosine_of_the_two_rows(tiny):
 
 def test_separation_by_dims_matches_the_projection(tiny, hf_tiny):
     scores = embeddings.separation_by_dims(tiny, max_dims=4)
-    fams = embeddings.families(tiny)
+    fams = embeddings.word_families(tiny)
     ids, labels = [i for f in fams.values() for _, i in f], [name for name, f in fams.items() for _ in f]
     coords = pca_by_hand(hf_tiny[0].get_input_embeddings().weight.detach()[ids].numpy(), 4)  # transformers' rows
     assert len(ids) == 40 and scores == [separation_by_hand(coords[:, :d], labels) for d in (1, 2, 3, 4)]

@@ -44,7 +44,7 @@ def separation_by_hand(coords, labels):  # share of points nearest the centre of
 
 def test_embedding_map_sends_the_tokens_their_projection_and_scores(model):
     view = EmbeddingMap.of(model, dims=3)
-    fams = embeddings.families(model)  # the default families: {family: [(word, id)]}
+    fams = embeddings.word_families(model)  # the default families: {family: [(word, id)]}
     ids = [i for members in fams.values() for _, i in members]
     labels = [f for f, members in fams.items() for _ in members]
     assert view.ids == ids and view.labels == labels and len(set(labels)) == len(fams) >= 4

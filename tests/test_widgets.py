@@ -159,7 +159,7 @@ def check_neighbours(app, hf_tiny, word):
 def test_embedding_space_shows_the_map_from_the_requested_dimension(tiny, hf_tiny, dims):
     app = widgets.EmbeddingSpace(tiny, dims=dims)
     assert app.view.dims == dims and app.view in app.children  # the browser switches 1D / 2D / 3D itself
-    fams = embeddings.families(tiny)
+    fams = embeddings.word_families(tiny)
     ids, labels = [i for f in fams.values() for _, i in f], [name for name, f in fams.items() for _ in f]
     coords = pca_by_hand(hf_tiny[0].get_input_embeddings().weight.detach()[ids].numpy(), 3)  # transformers' rows
     assert app.view.scores == [separation_by_hand(coords[:, :d], labels) for d in (1, 2, 3)]
@@ -182,7 +182,7 @@ def test_embedding_space_shows_the_map_from_the_requested_dimension(tiny, hf_tin
 
 
 def test_families_come_from_the_models_vocabulary(tiny):
-    fams = embeddings.families(tiny)
+    fams = embeddings.word_families(tiny)
     assert len(fams) >= 4
     for members in fams.values():
         for word, i in members:

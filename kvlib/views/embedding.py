@@ -32,15 +32,15 @@ class EmbeddingMap(View):
 
     @classmethod
     def of(cls, model, families=None, dims=2, digits=4):
-        """families: {family: [(word, id)]} (by default embeddings.families(model))."""
+        """families: {family: [(word, id)]} (by default embeddings.word_families(model))."""
         check_model(model, "EmbeddingMap.of"), check_count(digits, "digits", least=0)
         if not (is_count(dims) and dims in (1, 2, 3)):
             raise KVLibError(f"the map shows 1, 2 or 3 dimensions, not {dims!r}")
-        fams = embeddings.families(model) if families is None else families
+        fams = embeddings.word_families(model) if families is None else families
         if not (isinstance(fams, dict) and all(isinstance(f, (list, tuple)) and len(f) >= 2 for f in fams.values())
                 and sum(map(len, fams.values())) >= 3 and all(is_pair(p, model) for f in fams.values() for p in f)):
             raise KVLibError(f"families maps each family's name to 2 or more (word, token id) pairs, 3 words in all, "
-                             f"as embeddings.families(model) returns; got {reprlib.repr(fams)}")
+                             f"as embeddings.word_families(model) returns; got {reprlib.repr(fams)}")
         coords, _, labels = embeddings.project(model, fams, 3)
         ids = [int(i) for f in fams.values() for _, i in f]
         words = [model.decode([i]) for i in ids]
