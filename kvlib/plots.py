@@ -159,7 +159,7 @@ def similarity_by_distance(sims, title):
 
 def resend_hits(runs, title):
     """Share of immediate resends that hit against the number of replicas, one line per router
-    (routing.Run records); the dashed line is 1/replicas, a random pick's chance of the right machine."""
+    (routing.RoutingRun records); the dashed line is 1/replicas, a random pick's chance of the right machine."""
     runs = list(runs)
     if not runs:
         raise ValueError("resend_hits needs at least one run: pass what routing.simulate returned")

@@ -20,7 +20,7 @@ prompt", typically its first 256 tokens; above about 15 requests per minute for 
 tokens, so `hash_tokens` defaults to one 16-token block rather than 256.
 
 A run is a pure function of the model, the requests, the router and its seed; it returns
-named records (Served, Run) for a notebook to print, plot and assert on.
+named records (Routed, RoutingRun) for a notebook to print, plot and assert on.
 """
 
 import hashlib
@@ -37,7 +37,7 @@ ROUTERS = ("prefix hash", "prefix hash + overflow", "random")
 
 
 @dataclass(frozen=True)
-class Served:
+class Routed:
     """One request as it was served: where it went and what its receipt says."""
     time: float         # seconds since the stream began
     prefix: str         # the first hex digits of the hash of its first tokens: what the router reads
@@ -53,10 +53,10 @@ class Served:
 
 
 @dataclass(frozen=True)
-class Run:
+class RoutingRun:
     router: str
     replicas: int
-    served: tuple       # (Served, ...) in the order sent
+    served: tuple       # (Routed, ...) in the order sent
     bytes_held: tuple   # per replica: bytes of K and V its cache holds at the end
 
     @property
@@ -79,7 +79,7 @@ def prefix_hash(ids, hash_tokens):
 def simulate(model, requests, replicas, router="prefix hash", hash_tokens=16, block_size=16,
              per_minute=OPENAI_OVERFLOW_PER_MINUTE, seed=0):
     """Send `requests` ([(seconds, prompt text or ids)], in time order) to `replicas` machines, each with
-    its own PromptCache on one shared simulated clock; returns a Run."""
+    its own PromptCache on one shared simulated clock; returns a RoutingRun."""
     if router not in ROUTERS:
         raise KVLibError(f"router must be one of {ROUTERS}, not {router!r}")
     if replicas < 1:
@@ -107,10 +107,10 @@ def simulate(model, requests, replicas, router="prefix hash", hash_tokens=16, bl
         r = caches[replica].prefill(ids).receipt
         repeat = key in first
         first.setdefault(key, replica)
-        served.append(Served(t, key[:6], replica, r.input_tokens, r.cached_tokens, repeat, first[key]))
+        served.append(Routed(t, key[:6], replica, r.input_tokens, r.cached_tokens, repeat, first[key]))
     for pc in caches:
         pc.expire()  # what each still holds at the end, past-TTL entries dropped
-    return Run(router, replicas, tuple(served), tuple(pc.nbytes for pc in caches))
+    return RoutingRun(router, replicas, tuple(served), tuple(pc.nbytes for pc in caches))
 
 
 def _busy(times, now, per_minute):  # has this prefix's own machine taken per_minute of its requests in the last minute?
