@@ -335,7 +335,7 @@ class GridFilling(App):
         return with_fallback(W.VBox._repr_mimebundle_(self, **kwargs), self.summary())
 
 
-class Request(NamedTuple):  # one request of a PromptCacheStream
+class StreamRequest(NamedTuple):  # one request of a PromptCacheStream (serving.Request is a served one)
     label: str
     tenant: str
     prompt: str
@@ -360,7 +360,7 @@ class PromptCacheStream(App):
     DEFAULT_PRICES = {"automatic": "openai-gpt-5", "explicit": "anthropic-5m"}
 
     def __init__(self, pc, requests, prices=None, seconds_between=10):
-        """requests: [Request(label, tenant, prompt text, mark)] or plain tuples of the same (the mark, for
+        """requests: [StreamRequest(label, tenant, prompt text, mark)] or plain tuples of the same (the mark, for
         explicit mode's cache_control, may be left out);
         pc: a PromptCache on a clock the app can move (prompt_cache.ManualClock), which moves on
         `seconds_between` before each request after the first; prices: a pricing.Pricing of the cache's
@@ -368,7 +368,7 @@ class PromptCacheStream(App):
         self.prices = prices or pricing.PRICING[self.DEFAULT_PRICES[pc.mode]]
         pricing.check_mode(pc.mode, self.prices)
         self.pc, self.seconds_between = pc, seconds_between
-        self.requests, self.results = [Request(*r) for r in requests], []  # results: a Sent per request sent
+        self.requests, self.results = [StreamRequest(*r) for r in requests], []  # results: a Sent per request sent
         auto = W.Layout(width="auto")  # the whole label, never cut short
         self.next = W.Button(description="Send next request", button_style="primary", icon="paper-plane", layout=auto)
         never = math.isinf(pc.ttl)  # nothing to fast-forward to
