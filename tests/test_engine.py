@@ -1,4 +1,4 @@
-"""kvlib.engine, kvlib.endpoint and kvlib.engine_cache against a real llama.cpp server, over real HTTP.
+"""kvlib.engine, kvlib.endpoint and kvlib.engine_probe against a real llama.cpp server, over real HTTP.
 
 The server is built by `make engine` (`make test` builds it, beside the tests that need no server, on a
 machine where it is not built yet). Nothing here is skipped: without it, every test that needs it fails
@@ -19,7 +19,7 @@ import pytest
 from kvlib import compression, doctor, engine
 from kvlib.endpoint import Endpoint, connect
 from kvlib.engine import Engine, opener
-from kvlib.engine_cache import change_first, parallel_slots, repeat, seed_experiment, tokenizers_agree
+from kvlib.engine_probe import change_first, parallel_slots, repeat, seed_experiment, tokenizers_agree
 from kvlib.errors import KVLibError
 from kvlib.prompt_cache import PromptCache
 
