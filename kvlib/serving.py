@@ -26,7 +26,10 @@ prompt, a conversation sent again) holds those full blocks by reference and its 
 only the rest; `Served.reused` counts the tokens it read. Blocks the index keeps for requests that
 have ended count as free for admission: the pool evicts them when it needs their memory, and a
 running request holds every block of its prefix, so none of them can be in the way. The answers are
-the same with and without it (greedy): the same K and V, read instead of computed.
+the same with and without it (greedy): the same K and V, read instead of computed. A server's cache
+outlives the requests that filled it, so the run ends with the index still holding what it kept
+(`ServingRun.blocks_cached`): every block the run allocated is then freed, kept by the index, or (a
+leak) still in use.
 
 The stream arrives all at once, at time 0 (a burst, as a benchmark replays one): time to first token
 and latency are then measured from the start, and which request runs when depends on the seed alone,
@@ -101,9 +104,10 @@ class Served:  # one request's life in a run; times in seconds from the start (w
 
 @dataclass
 class Step:
-    cells: list   # per slot: (request index, "prefill" or "decode"), or None for an idle slot
-    calls: list   # seconds of each forward call (prefills first, then the decode), with its sampling and bookkeeping
-    blocks: int   # blocks in use at the end of the step
+    cells: list     # per slot: (request index, "prefill" or "decode"), or None for an idle slot
+    calls: list     # seconds of each forward call (prefills first, then the decode), with its sampling and bookkeeping
+    blocks: int     # blocks in use at the end of the step
+    cached: int = 0  # blocks the index keeps at the end of the step that no request holds
 
     @property
     def seconds(self):
@@ -119,10 +123,10 @@ class ServingRun:
     prefix_caching: bool = True
     served: list = field(default_factory=list)  # [Served], in the stream's order
     steps: list = field(default_factory=list)   # [Step]
-    blocks_allocated: int = 0
-    blocks_freed: int = 0                       # the run ends by emptying the index, so these count every block
+    blocks_allocated: int = 0                   # at the end, allocated == freed + cached + in use
+    blocks_freed: int = 0
     blocks_in_use: int = 0                      # at the end: 0 when every request gave its blocks back
-    blocks_cached: int = 0                      # blocks the index still kept when the last request left
+    blocks_cached: int = 0                      # kept by the index when the last request left, for the next ones
 
     @property
     def seconds(self):  # wall clock of the whole run: the calls follow one another with nothing between
@@ -272,12 +276,11 @@ def calls(model, run):
             step.calls.append(lap())
             yield cache
             mark = time.perf_counter()
-        step.blocks = cache.pool.in_use
+        step.blocks, step.cached = cache.pool.in_use, cache.pool.cached
         run.steps.append(step)
-    pool = cache.pool
-    run.blocks_cached = pool.cached
-    pool.clear()  # the run's server stops: what its index kept goes back too, so a lost block would show
-    run.blocks_allocated, run.blocks_freed, run.blocks_in_use = pool.allocated, pool.freed, pool.in_use
+    pool = cache.pool  # the index keeps its blocks: a server's cache outlives the requests that filled it
+    run.blocks_allocated, run.blocks_freed = pool.allocated, pool.freed
+    run.blocks_in_use, run.blocks_cached = pool.in_use, pool.cached
     run.time_requests()
 
 
@@ -305,31 +308,49 @@ def fastest(runs):
     return replace(first, steps=steps, served=[replace(s) for s in first.served]).time_requests()
 
 
-def side_by_side(model, requests, max_batch=4, block_size=16, n_blocks=None, repeats=3, prefix_caching=True):
-    """Static and continuous batching on the same requests, measured together; -> {policy: fastest(its runs)}.
+def taking_turns(model, requests, settings, max_batch=4, block_size=16, n_blocks=None, repeats=3):
+    """Runs of the same requests under several settings ({name: new_run's policy and prefix_caching}), measured
+    together; -> {name: fastest(its runs)}.
 
-    After a warm-up run of each, `repeats` rounds in which the two runs take turns call by call, the one less
-    far through its calls going next, so both spread over the same moments of a busy machine; then the
-    fastest time of each call (fastest). All on one CPU thread (measure.one_thread): on a busy machine a
-    call split over two threads waits for the slower one, and torch splits only the larger calls, so the
-    batch's own rows would be what is slowed (measured here: a 4-row decode step 2.4 ms on one thread, 11 ms
-    on two)."""
+    After a warm-up run of each, `repeats` rounds in which the runs take turns call by call, the one less far
+    through its calls going next, so all spread over the same moments of a busy machine; then the fastest time
+    of each call (fastest). All on one CPU thread (measure.one_thread): on a busy machine a call split over
+    two threads waits for the slower one, and torch splits only the larger calls, so the batch's own rows would
+    be what is slowed (measured here: a 4-row decode step 2.4 ms on one thread, 11 ms on two)."""
     check_repeats(repeats)
-    runs = {policy: [] for policy in POLICIES}
+    runs = {name: [] for name in settings}
     with one_thread():
-        total = {p: sum(len(s.calls) for s in serve(model, requests, p, max_batch, block_size, n_blocks,
-                                                    prefix_caching).steps) for p in POLICIES}
+        total = {name: sum(len(s.calls) for s in serve(model, requests, max_batch=max_batch, block_size=block_size,
+                                                       n_blocks=n_blocks, **how).steps) for name, how in settings.items()}
         for _ in range(repeats):
-            live = {p: new_run(model, requests, p, max_batch, block_size, n_blocks, prefix_caching) for p in POLICIES}
-            turns, done = {p: calls(model, live[p]) for p in POLICIES}, dict.fromkeys(POLICIES, 0)
+            live = {name: new_run(model, requests, max_batch=max_batch, block_size=block_size, n_blocks=n_blocks, **how)
+                    for name, how in settings.items()}
+            turns, done = {name: calls(model, live[name]) for name in settings}, dict.fromkeys(settings, 0)
             while turns:
-                p = min(turns, key=lambda p: done[p] / total[p])
-                if next(turns[p], StopIteration) is StopIteration:
-                    del turns[p]
-                done[p] += 1
-            for p in POLICIES:
-                runs[p].append(live[p])
-    return {p: fastest(r) for p, r in runs.items()}
+                name = min(turns, key=lambda name: done[name] / total[name])
+                if next(turns[name], StopIteration) is StopIteration:
+                    del turns[name]
+                done[name] += 1
+            for name in settings:
+                runs[name].append(live[name])
+    return {name: fastest(r) for name, r in runs.items()}
+
+
+def side_by_side(model, requests, max_batch=4, block_size=16, n_blocks=None, repeats=3, prefix_caching=True):
+    """Static and continuous batching on the same requests, taking turns (taking_turns); -> {policy: run}."""
+    return taking_turns(model, requests, {p: dict(policy=p, prefix_caching=prefix_caching) for p in POLICIES},
+                        max_batch, block_size, n_blocks, repeats)
+
+
+CACHING = {"prefix caching": True, "no prefix caching": False}
+
+
+def caching_side_by_side(model, requests, policy="continuous", max_batch=4, block_size=16, n_blocks=None, repeats=3):
+    """The same requests served with and without prefix caching, taking turns (taking_turns); -> {"prefix
+    caching": run, "no prefix caching": run}. Admission does not depend on the index, so both run one schedule:
+    only what each prefill computes differs."""
+    return taking_turns(model, requests, {name: dict(policy=policy, prefix_caching=on) for name, on in CACHING.items()},
+                        max_batch, block_size, n_blocks, repeats)
 
 
 def shared_blocks(system_tokens, held, block_size, share=True):

@@ -743,7 +743,7 @@ def test_08_serving(browser, lab, model):
     step, slot = cell.get_attribute("data-step"), cell.get_attribute("data-slot")
     text = {}
     assert no_kernel_request(page, lambda: text.update(tip=tip(page, cell))) == 0
-    assert f"request {stream[i].label} · continuous · step {step} · slot {slot}" in text["tip"], text
+    assert f"request {stream[i].label} · continuous batching · step {step} · slot {slot}" in text["tip"], text
     assert f"answer {stream[i].max_new_tokens} tokens" in text["tip"] and int(slot) == s.slot, text
     assert view.locator(".kv-sv-cell.kv-linked").count() == 2 * stream[i].max_new_tokens  # its cells, in both runs
     shot(view, "08-timeline")

@@ -13,7 +13,7 @@ import torch
 from kvlib import KVLibError, memory, paging, serving
 from kvlib.compression import heldout_ids
 from kvlib.measure import one_thread, random_ids
-from test_generate import hf_greedy
+from conftest import hf_greedy, hf_model
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -71,7 +71,7 @@ def test_each_policy_runs_the_schedule_worked_out_by_hand(stream, runs, policy):
     assert len(run.steps) == max(last for _, _, last in plan.values()) + 1
     check_cells(run)
     assert [len(s.ids) for s in run.served] == [r.max_new_tokens for r in stream]  # end-of-text does not stop one
-    assert run.blocks_allocated == run.blocks_freed > 0 and run.blocks_in_use == 0
+    assert run.blocks_allocated == run.blocks_freed + run.blocks_cached > 0 and run.blocks_in_use == 0
     assert all(step.blocks <= run.n_blocks for step in run.steps)
     assert [(s.steps_to_first_token, s.steps_to_last_token) for s in run.served] == \
            [(plan[i][1] + 1, plan[i][2] + 1) for i in range(len(stream))]  # the step that made it counts
@@ -126,7 +126,7 @@ def test_side_by_side_times_the_schedule_serve_runs(tiny, stream, runs):
         # first call, and the last request's last token with the end of the run
         assert run.served[0].ttft == run.steps[0].calls[0]
         assert max(s.latency for s in run.served) == pytest.approx(run.seconds)
-        assert run.blocks_allocated == run.blocks_freed and run.blocks_in_use == 0
+        assert run.blocks_allocated == run.blocks_freed + run.blocks_cached and run.blocks_in_use == 0
 
 
 def test_fastest_keeps_the_least_disturbed_time_of_each_call(tiny, stream):
@@ -161,7 +161,7 @@ def test_admission_waits_for_free_blocks(tiny, hf_tiny, stream):
     waited = [k for k, step in enumerate(run.steps) if None in step.cells
               and any(s.first[0] > k for s in run.served)]
     assert waited, "some step should have had an idle slot while a request waited for blocks"
-    assert run.blocks_allocated == run.blocks_freed and run.blocks_in_use == 0
+    assert run.blocks_allocated == run.blocks_freed + run.blocks_cached and run.blocks_in_use == 0
     check_cells(run)
     i = max(range(len(stream)), key=lambda i: need[i])
     assert run.served[i].ids == hf_greedy(hf_tiny[0], stream[i].prompt_ids, stream[i].max_new_tokens)
@@ -189,36 +189,45 @@ def test_a_full_pool_keeps_first_come_first_served(tiny, policy):
     # blocks in use after each step: A's 20..24 tokens fill 3, its 25th a 4th, given back as it ends at step 5;
     # then B's 20 tokens 3, C's and D's 3 one each; C and D leave after step 7 (4 tokens, still 1 block each)
     assert [step.blocks for step in run.steps] == [3, 3, 3, 3, 3, 0, 5, 3, 3, 0]
-    assert run.blocks_allocated == run.blocks_freed == 4 + 3 + 1 + 1 and run.blocks_in_use == 0
     # prefix caching kept A's 2 full prompt blocks after it left, and they counted as free at step 6: C and D
-    # took their memory (evicted); at the end the index keeps B's 2, then the run gives them back too
-    assert run.blocks_cached == 2 and [s.reused for s in run.served] == [0] * 4
+    # took their memory (evicted); at the end the index keeps B's 2, for requests to come
+    assert run.blocks_allocated == 4 + 3 + 1 + 1 and (run.blocks_freed, run.blocks_cached) == (9 - 2, 2)
+    assert run.blocks_in_use == 0 and [s.reused for s in run.served] == [0] * 4
 
 
-def test_users_sharing_a_system_prompt_reuse_its_blocks_and_answer_as_alone(tiny, hf_tiny):
+@pytest.mark.parametrize("name", ["tiny", "smollm2"])
+def test_users_sharing_a_system_prompt_reuse_its_blocks_and_answer_as_alone(request, name):
     """Eight users after one 64-token system prompt (4 full blocks of 16), the sixth asking what the second did,
     served continuously with prefix caching. Every request after the first reads at least the system prompt's
     64 tokens, the repeat 80 (the second's fifth block too); the answers are those without prefix caching, and
     transformers' greedy answers to each prompt alone. After every forward call the pool's counters add up:
     allocated == freed + cached (kept by the index, no holder) + in use, and in use is exactly the blocks the
-    live requests' tables name."""
-    play = heldout_ids(tiny, 600)  # text, not random ids: tiny answers random ids alike, whatever they are
+    live requests' tables name. At the end no request holds a block, and the index keeps one block per distinct
+    full-block prefix of the prompts (the pool is large enough that none was evicted): the server keeps them for
+    the requests to come."""
+    model, hf = request.getfixturevalue(name), hf_model(request, name)
+    play = heldout_ids(model, 600)  # text, not random ids: tiny answers random ids alike, whatever they are
     system = play[:64]
     own = [play[a:a + n] for a, n in ((100, 3), (200, 20), (300, 1), (400, 40), (500, 7))]
     own += [own[1], play[150:166], play[250:255]]
     requests = [serving.Request(serving.label(i), system + u, 6) for i, u in enumerate(own)]
-    run = serving.new_run(tiny, requests, "continuous", max_batch=4, block_size=16)
-    for cache in serving.calls(tiny, run):
+    room = sum(serving.blocks_needed(r, 16) for r in requests)  # every request's blocks at once: nothing evicted
+    run = serving.new_run(model, requests, "continuous", max_batch=4, block_size=16, n_blocks=room)
+    for cache in serving.calls(model, run):
         pool = cache.pool
         assert pool.allocated == pool.freed + pool.cached + pool.in_use
         assert pool.in_use == len({b for q in cache.sequences.values() for b in q.blocks})
     assert [s.reused for s in run.served] == [0, 64, 64, 64, 64, 80, 64, 64]
-    off = serving.serve(tiny, requests, "continuous", max_batch=4, block_size=16, prefix_caching=False)
+    off = serving.serve(model, requests, "continuous", max_batch=4, block_size=16, n_blocks=room, prefix_caching=False)
     assert [s.reused for s in off.served] == [0] * 8 and off.blocks_cached == 0
     assert [s.ids for s in run.served] == [s.ids for s in off.served]
     for r, s in zip(requests, run.served):
-        assert s.ids == hf_greedy(hf_tiny[0], r.prompt_ids, 6, stop_at_eos=False), r.label
-    assert run.blocks_cached > 0 and run.blocks_allocated == run.blocks_freed and run.blocks_in_use == 0
+        assert s.ids == hf_greedy(hf, r.prompt_ids, 6, stop_at_eos=False), r.label
+    # the system prompt's 4 blocks, B's 5th (F's too), D's 5th and 6th, G's 5th: 8, kept for the next requests
+    prefixes = {tuple(r.prompt_ids[:end]) for r in requests for end in range(16, len(r.prompt_ids) + 1, 16)}
+    assert run.blocks_cached == len(prefixes) == 8 and run.blocks_in_use == 0 and not [e for e in pool.events if e.kind == "evict"]
+    assert run.blocks_allocated == run.blocks_freed + run.blocks_cached
+    assert off.blocks_allocated == off.blocks_freed and off.blocks_in_use == 0
     # the system prompt's blocks held once: fewer taken, fewer held at once
     assert run.blocks_allocated < off.blocks_allocated
     assert max(step.blocks for step in run.steps) < max(step.blocks for step in off.steps)

@@ -294,6 +294,6 @@ def test_the_timeline_says_in_place_what_it_cannot_draw(run):
     broken = ServingTimeline.of([run])
     broken.runs = [{"policy": "static"}]  # no cells: as the page, the text says so where it would draw
     data, _ = broken._repr_mimebundle_()
-    assert data["text/plain"] == "This view could not draw its data: KeyError('tokens')"
+    assert data["text/plain"] == "This view could not draw its data: KeyError('name')"
     assert data["text/html"].startswith("<pre>This view could not draw its data")
 

@@ -9,7 +9,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import pytest
 
 from kvlib import KVLibError, serving
-from kvlib.measure import one_thread
+from kvlib.measure import one_thread, random_ids
 from kvlib.views import ServingTimeline
 from kvlib.views.base import MAX_STATE_BYTES
 
@@ -88,6 +88,37 @@ def test_the_timeline_sends_each_runs_times_in_ms(four):
            "token 3.5 ms; 20% of slot-steps idle" in view.summary()
 
 
+@pytest.fixture(scope="module")
+def shared(tiny):
+    """Requests A-D, each a 32-token system prompt (2 full blocks of 16) and 3 tokens of its own, answering 2 tokens,
+    served continuously on 2 slots with prefix caching and without."""
+    system = random_ids(tiny, 32, seed=5)
+    requests = [serving.Request(label, system + [40 + k, 41 + k, 42 + k], 2) for k, label in enumerate("ABCD")]
+    return {name: serving.serve(tiny, requests, "continuous", max_batch=2, prefix_caching=on)
+            for name, on in serving.CACHING.items()}
+
+
+def test_the_timeline_shows_the_blocks_prefix_caching_reused(shared):
+    """Worked by hand. Step 0: A's prefill computes its 35 tokens and files the system prompt's 2 full blocks in the
+    index as it writes them; B's prefill, next, holds those 2 and computes its own 3 (a 3rd block each: 4 in use).
+    Step 1: both decode their 2nd and last token and leave; A's 3rd block and B's go back, the 2 shared ones stay
+    in the index, held by nobody (cached). Steps 2-3: C and D, the same again from the index. Without prefix
+    caching every request computes all 35 tokens in 3 blocks of its own."""
+    view = ServingTimeline.of(shared)
+    on, off = view.runs
+    assert (on["name"], off["name"]) == ("continuous batching, prefix caching", "continuous batching, no prefix caching")
+    assert [s["reused"] for s in on["served"]] == [0, 32, 32, 32] and [s["reused"] for s in off["served"]] == [0] * 4
+    assert (on["blocks"], on["cached"]) == ([4, 0, 4, 0], [0, 2, 0, 2])
+    assert (off["blocks"], off["cached"]) == ([6, 0, 6, 0], [0] * 4)
+    # at the end every block taken is freed or kept by the index: 3 + 1 + 1 + 1 = 4 freed + 2 cached
+    assert (on["blocks_allocated"], on["blocks_freed"], on["blocks_cached"]) == (6, 4, 2)
+    assert (off["blocks_allocated"], off["blocks_freed"], off["blocks_cached"]) == (12, 12, 0)
+    text = view.summary()
+    assert "slot 0: A▸ A C↺ C\nslot 1: B↺ B D↺ D\n" in text  # with the index
+    assert "slot 0: A▸ A C▸ C\nslot 1: B▸ B D▸ D\n" in text  # without
+    assert "blocks: 6 allocated, 4 freed, 2 kept by the index" in text
+
+
 def test_an_empty_timeline_says_how_to_fill_it_and_mixed_streams_are_refused(tiny, four):
     empty = ServingTimeline.of([])
     assert empty.runs == [] and "side_by_side" in empty.summary()
@@ -152,7 +183,7 @@ def test_the_timeline_in_a_browser(runs):
         cell = page.locator(f".kv-sv-run[data-policy='continuous'] td[data-slot='{s.slot}'][data-step='{k}']")
         assert cell.inner_text() == stream[i].label
         assert tip(page, cell).splitlines() == [
-            f"request {stream[i].label} · continuous · step {k} · slot {s.slot}",
+            f"request {stream[i].label} · continuous batching · step {k} · slot {s.slot}",
             f"decode: token 3 of {stream[i].max_new_tokens}",
             f"prompt {len(stream[i].prompt_ids)} tokens · answer {stream[i].max_new_tokens} tokens",
             f"time to first token {fixed(sent['continuous']['served'][i]['ttft_ms'], 1)} ms · "
@@ -165,10 +196,10 @@ def test_the_timeline_in_a_browser(runs):
         waiting = sum(1 for x in static.served if x.first[0] > k)
         idle = page.locator(f".kv-sv-run[data-policy='static'] td[data-slot='{slot}'][data-step='{k}']")
         assert tip(page, idle).splitlines() == [
-            f"static · step {k} · slot {slot}: idle", f"{waiting} request{'' if waiting == 1 else 's'} still waiting to start",
+            f"static batching · step {k} · slot {slot}: idle", f"{waiting} request{'' if waiting == 1 else 's'} still waiting to start",
             "static batching: the slot waits until its batch's last request is done"]
         blocks = page.locator(f".kv-sv-run[data-policy='static'] td.kv-sv-blocks[data-step='{k}']")
-        assert tip(page, blocks).startswith(f"static · after step {k}: {static.steps[k].blocks} of {static.n_blocks} "
+        assert tip(page, blocks).startswith(f"static batching · after step {k}: {static.steps[k].blocks} of {static.n_blocks} "
                                             f"blocks in use")
         ratio = page.locator(".kv-sv-ratio").inner_text()
         rates = {p: r["tokens_per_second"] for p, r in sent.items()}
@@ -183,4 +214,32 @@ def test_the_timeline_in_a_browser(runs):
         broken.runs = [{"policy": "static"}]  # no cells: the view says so where it would draw, and nothing throws
         page, errors = standalone(browser, broken)
         assert page.locator(".kv-error").inner_text().startswith("This view could not draw its data:")
+        assert not errors, errors
+
+
+@pytest.mark.slow
+def test_reused_blocks_in_a_browser(shared):
+    """The page marks a prefill that read cached blocks, says how many tokens it read, and draws the blocks the
+    index keeps above those in use."""
+    from browser import chromium, shot, tip
+
+    with chromium() as browser:
+        page, errors = standalone(browser, ServingTimeline.of(shared))
+        on = page.locator(".kv-sv-run[data-name='continuous batching, prefix caching']")
+        off = page.locator(".kv-sv-run[data-name='continuous batching, no prefix caching']")
+        prefills = "td.kv-sv-cell[data-kind='prefill']"
+        assert on.locator(prefills).all_inner_texts() == ["▸A", "↺C", "↺B", "↺D"]  # slot by slot
+        assert on.locator(prefills).evaluate_all("cs => cs.map(c => +c.dataset.reused)") == [0, 32, 32, 32]
+        assert off.locator(prefills).all_inner_texts() == ["▸A", "▸C", "▸B", "▸D"]
+        b = on.locator("td[data-slot='1'][data-step='0']")
+        assert tip(page, b).splitlines()[:2] == ["request B · continuous batching, prefix caching · step 0 · slot 1",
+                                                 "prefill: 32 of its 35 prompt tokens read from cached blocks, 3 computed"]
+        blocks = on.locator("td.kv-sv-blocks[data-step='1']")
+        assert tip(page, blocks).splitlines()[:2] == [
+            "continuous batching, prefix caching · after step 1: 0 of 6 blocks in use (16 tokens each)",
+            "2 blocks kept by the index, held by no request (cached)"]
+        heights = blocks.locator("span").evaluate_all("ss => ss.map(s => s.className + ' ' + s.style.height)")
+        assert heights[0].startswith("kv-sv-cached 33.3") and heights[1] == "kv-sv-inuse 0%"  # 2 and 0 of the pool's 6
+        assert "6 allocated, 4 freed, 2 kept by the index at the end" in on.locator(".kv-caption").inner_text()
+        shot(page, "timeline-reused")
         assert not errors, errors

@@ -2,10 +2,11 @@
 continuous batching, from live runs (serving.side_by_side or serving.serve).
 
 Rows are the slots, columns the steps. A cell carries its request's letter; a prefill cell is also
-hatched and bold with a ▸, a decode cell plain, an idle slot dotted with a grey · (colour is never the only
-cue). Hover a cell for its request's prompt and answer lengths, time to first token and latency;
-its cells light up in every run shown. Under the slots, the blocks in use after each step. Without
-runs, or with data it cannot draw, the view says so in place."""
+hatched and bold with a ▸ (a ↺ when it read cached blocks: prefix caching), a decode cell plain, an idle slot
+dotted with a grey · (colour is never the only cue). Hover a cell for its request's prompt and answer lengths,
+the prompt tokens it reused, time to first token and latency; its cells light up in every run shown. Under
+the slots, the blocks in use after each step, and above them those the index keeps that no request holds.
+Without runs, or with data it cannot draw, the view says so in place."""
 
 import reprlib
 
@@ -16,7 +17,7 @@ from ..serving import ServingRun
 from ..texttable import text_table
 from .base import View, module
 
-MARK = {"prefill": "▸", "decode": ""}
+MARK = {"prefill": "▸", "decode": "", "reused": "↺"}  # reused: a prefill that read cached blocks
 
 
 def ms(seconds):
@@ -27,14 +28,18 @@ class ServingTimeline(View):
     _esm = module("timeline.js")
     title = T.Unicode("").tag(sync=True)
     requests = T.List().tag(sync=True)  # per request of the stream: {label, prompt, answer} (tokens)
-    runs = T.List().tag(sync=True)      # per run: {policy, max_batch, n_blocks, block_size, tokens, ms, tokens_per_second,
-                                        #   mean_latency_ms, mean_ttft_ms, idle, blocks_allocated, blocks_freed,
-                                        #   cells: [step][slot] null or [request, "prefill" | "decode"],
-                                        #   step_ms: [step], blocks: [step], served: [{slot, ttft_ms, latency_ms}]}
+    runs = T.List().tag(sync=True)      # per run: {name, policy, max_batch, n_blocks, block_size, tokens, ms,
+                                        #   tokens_per_second, mean_latency_ms, mean_ttft_ms, idle, blocks_allocated,
+                                        #   blocks_freed, blocks_cached, cells: [step][slot] null or
+                                        #   [request, "prefill" | "decode"], step_ms: [step], blocks: [step] (in use),
+                                        #   cached: [step], served: [{slot, reused, ttft_ms, latency_ms}]}
 
     @classmethod
     def of(cls, runs, title="Serving a stream of requests: which request holds which slot at each step"):
-        """runs: ServingRuns of one stream (a list, or side_by_side's {policy: run}, or one run), drawn in that order."""
+        """runs: ServingRuns of one stream (a list, or side_by_side's {policy: run}, caching_side_by_side's
+        {"prefix caching": run, "no prefix caching": run}, or one run), drawn in that order, a dict's keys
+        naming them."""
+        names = [str(k) for k in runs] if isinstance(runs, dict) else None
         runs = [runs] if isinstance(runs, ServingRun) else list(runs.values()) if isinstance(runs, dict) else runs
         if not (isinstance(runs, (list, tuple)) and all(isinstance(r, ServingRun) and r.served and r.steps for r in runs)):
             raise KVLibError("ServingTimeline.of takes runs that served requests: what serving.side_by_side returns, "
@@ -45,18 +50,20 @@ class ServingTimeline(View):
             if [(s.request.label, len(s.request.prompt_ids), s.request.max_new_tokens) for s in run.served] != stream:
                 raise KVLibError("the runs served different requests: show runs of one stream side by side")
         return cls(title=title, requests=[dict(label=l, prompt=p, answer=a) for l, p, a in stream],
-                   runs=[cls.data(run) for run in runs]).check_size()
+                   runs=[cls.data(run, k) for run, k in zip(runs, names or [None] * len(runs))]).check_size()
 
     @staticmethod
-    def data(run):  # one ServingRun as plain data
+    def data(run, key=None):  # one ServingRun as plain data; key: its name in the caller's dict
+        name = f"{run.policy} batching" + ("" if key in (None, run.policy) else f", {key}")
         return dict(
-            policy=run.policy, max_batch=run.max_batch, n_blocks=run.n_blocks, block_size=run.block_size,
+            name=name, policy=run.policy, max_batch=run.max_batch, n_blocks=run.n_blocks, block_size=run.block_size,
             tokens=run.tokens, ms=ms(run.seconds), tokens_per_second=round(run.tokens_per_second, 1),
             mean_latency_ms=ms(run.mean_latency), mean_ttft_ms=ms(run.mean_ttft), idle=round(run.idle, 4),
-            blocks_allocated=run.blocks_allocated, blocks_freed=run.blocks_freed,
+            blocks_allocated=run.blocks_allocated, blocks_freed=run.blocks_freed, blocks_cached=run.blocks_cached,
             cells=[[list(c) if c else None for c in step.cells] for step in run.steps],
             step_ms=[ms(step.seconds) for step in run.steps], blocks=[step.blocks for step in run.steps],
-            served=[dict(slot=s.slot, ttft_ms=ms(s.ttft), latency_ms=ms(s.latency)) for s in run.served])
+            cached=[step.cached for step in run.steps],
+            served=[dict(slot=s.slot, reused=s.reused, ttft_ms=ms(s.ttft), latency_ms=ms(s.latency)) for s in run.served])
 
     def summary(self):
         if not self.runs:
@@ -67,16 +74,25 @@ class ServingTimeline(View):
             return f"This view could not draw its data: {err!r}"
 
     def _table(self):
-        lines = [self.title, "cells: a request's letter; ▸ its prefill; . an idle slot"]
+        lines = [self.title, "cells: a request's letter; ▸ its prefill; ↺ its prefill, reading cached blocks; "
+                             ". an idle slot"]
         for run in self.runs:
-            lines.append(f"\n{run['policy']} batching: {run['tokens']:,} tokens in {run['ms']:,.1f} ms = "
+            lines.append(f"\n{run['name']}: {run['tokens']:,} tokens in {run['ms']:,.1f} ms = "
                          f"{run['tokens_per_second']:,.1f} tokens/s; mean latency {run['mean_latency_ms']:,.1f} ms, "
-                         f"mean time to first token {run['mean_ttft_ms']:,.1f} ms; {run['idle']:.0%} of slot-steps idle")
+                         f"mean time to first token {run['mean_ttft_ms']:,.1f} ms; {run['idle']:.0%} of slot-steps idle; "
+                         f"blocks: {run['blocks_allocated']:,} allocated, {run['blocks_freed']:,} freed, "
+                         f"{run['blocks_cached']:,} kept by the index")
             for slot in range(run["max_batch"]):
-                row = [c and self.requests[c[0]]["label"] + MARK[c[1]] for c in (step[slot] for step in run["cells"])]
+                row = [c and self.requests[c[0]]["label"] + self._mark(run, c) for c in (step[slot] for step in run["cells"])]
                 lines.append(f"slot {slot}: " + " ".join(c or "." for c in row))
-        rows = [[q["label"], q["prompt"], q["answer"]] + [f"{run['served'][k][f]:,.1f}" for run in self.runs
-                                                          for f in ("ttft_ms", "latency_ms")]
+        rows = [[q["label"], q["prompt"], q["answer"]] + [f"{run['served'][k]['reused']:,}" for run in self.runs] +
+                [f"{run['served'][k][f]:,.1f}" for run in self.runs for f in ("ttft_ms", "latency_ms")]
                 for k, q in enumerate(self.requests)]
-        heads = ["request", "prompt", "answer"] + [f"{run['policy']} {f}" for run in self.runs for f in ("TTFT ms", "latency ms")]
+        heads = ["request", "prompt", "answer"] + [f"{run['name']}\nreused" for run in self.runs] + \
+            [f"{run['name']}\n{f}" for run in self.runs for f in ("TTFT ms", "latency ms")]
         return "\n".join(lines + ["", text_table(heads, rows)])
+
+    @staticmethod
+    def _mark(run, cell):  # ▸ a prefill, ↺ one that read cached blocks, nothing for a decode
+        request, kind = cell
+        return MARK["reused"] if kind == "prefill" and run["served"][request]["reused"] else MARK[kind]
