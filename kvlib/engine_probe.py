@@ -1,10 +1,10 @@
-"""Notebook 6's prompt-caching experiment rerun on a real engine, llama.cpp's server, beside kvlib's PromptCache.
+"""Notebook 8's stream of users rerun on a real engine, llama.cpp's server, beside kvlib's server.
 
     with Engine(slots=2) as engine:                        # kvlib.engine
-        ids = compression.heldout_ids(model, 1000)         # ~1,000 tokens of a play, as SmolLM2's ids
         tokenizers_agree(engine, model, text)              # the engine's tokens are kvlib's
-        exp = seed_experiment(engine, model, ids)          # cold, warm, first token changed: both caches
-        print(exp.table())
+        replies = send_stream(engine, requests)            # serving.Requests, with and without the engine's cache
+        runs = serving.caching_side_by_side(model, requests)
+        print(stream_table(runs, replies))                 # each request's reused tokens and first token, both sides
         par = parallel_slots(engine, ids[:200], [ids[300:320], ids[400:420]])  # at once, a slot each
         print(par.table())
     repeat(connect(), long_text, chat=True)                # the same prompt twice on any endpoint
@@ -14,40 +14,30 @@ same model in its 4-bit GGUF, with the same tokenizer (`tokenizers_agree` checks
 that GGUF dequantized, or the full-precision weights when the hub answered.
 
 What each side reuses, and at what grain:
-- The engine: each slot keeps the tokens and K/V of the last prompt it served. A new prompt reuses
-  the longest common prefix with its slot, token by token (`timings.cache_n`), and computes the rest
-  (`timings.prompt_n`), but always at least the last token, whose logits it needs: an identical
-  prompt of n tokens reuses n - 1. The first differing token ends the reuse, so a changed first
-  token reuses nothing, however much of the rest is the same.
-- kvlib's PromptCache (automatic mode): full blocks of `block_size` tokens that end before the last
-  token, so a hit is the shared prefix rounded down to a block: 992 of 1,000 tokens with blocks of 16.
+- The engine: each slot keeps the tokens and K/V of the last prompt it served (and its answer). A new
+  prompt reuses the longest common prefix with its slot, token by token (`timings.cache_n`), and
+  computes the rest (`timings.prompt_n`), but always at least the last token, whose logits it needs.
+  It compares with one earlier request only, the slot's last.
+- kvlib's server (serving.serve with prefix_caching): full blocks of `block_size` tokens that end before
+  the last token, found by hash in an index of every earlier request's blocks (blocks.py), so a hit is
+  the longest cached prefix rounded down to a block.
 - Time to first token (`Reply.ttft`) is the client's clock from sending the request to the first
-  streamed token: the prefill (whose last logits give that token; no decode step runs with
-  max_tokens=1) plus HTTP. `timings.prompt_ms` is the server's own prefill time.
+  streamed token: the prefill plus HTTP. `timings.prompt_ms` is the server's own prefill time.
 
-"Cold" asks the engine not to reuse anything (`cache_prompt: false`): it computes every token,
-whatever its slots hold, so a cold request is cold each time a cell runs. With `repeats` > 1 each
-kind of request is taken in turn (cold, warm, changed, cold...) and the medians reported, so a busy
-machine slows all three alike. One is the default: a cold prompt of 1,000 tokens takes seconds on a
-laptop's CPU (11 s on this project's shared 2-core machine, where kvlib's fp32 prefill takes 2.5 s:
-on x86, llama.cpp's only fast batched kernel for this GGUF's 4-bit Q4_1 blocks is its AMX one, which
-`make engine`'s portable build leaves out: see the README), and a warm one tens of milliseconds, a gap
-no noise closes.
+"No prefix caching" asks the engine not to reuse anything (`cache_prompt: false`): it computes every
+token, whatever its slots hold. On x86, llama.cpp's only fast batched kernel for this GGUF's 4-bit Q4_1
+blocks is its AMX one, which `make engine`'s portable build leaves out (see the README), so its prefill
+is slower than kvlib's fp32 one on a laptop's CPU: compare each side with itself.
 """
 
-import statistics
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from .endpoint import Endpoint, connect
 from .errors import KVLibError
 from .measure import timed
-from .prompt_cache import PromptCache
+from .serving import CACHING
 from .texttable import text_table
-
-REQUESTS = ("cold", "warm", "first token changed")
-
 
 def tokenizers_agree(engine, model, text):
     """(kvlib's ids, the engine's ids) for `text`: the engine's own /tokenize against model.encode."""
@@ -61,66 +51,33 @@ def erase_slots(engine):
         Endpoint(engine.url).request("POST", f"/slots/{slot}?action=erase", {})
 
 
-def change_first(ids, vocab_size):
-    """The same ids with the first replaced by the next id in the vocabulary: one token differs."""
-    return [(ids[0] + 1) % vocab_size] + list(ids[1:])
+def send_stream(engine, requests, slot=0):
+    """serving.Requests sent to the engine one after another, all to slot `slot`, each answering exactly its
+    max_new_tokens (ignore_eos, as serve does), first with the engine's cache and then without, each round
+    from an emptied slot; -> {"prefix caching": [Reply], "no prefix caching": [Reply]} (serving.CACHING's names),
+    in the order of the requests. With it, each request reuses what it shares with the one before, which the
+    slot kept; without it (`cache_prompt: false`), every prompt is computed whole."""
+    if not requests:
+        raise KVLibError("send_stream takes at least one serving.Request")
+    ep, replies = connect(engine), {}
+    for name, on in CACHING.items():
+        erase_slots(engine)
+        replies[name] = [ep.complete(r.prompt_ids, max_tokens=r.max_new_tokens, id_slot=slot, cache_prompt=on,
+                                     ignore_eos=True) for r in requests]
+    return replies
 
 
-class Row(NamedTuple):
-    """One kind of request, both sides: reused and computed tokens, and median seconds."""
-    request: str            # "cold", "warm" or "first token changed"
-    prompt_tokens: int
-    engine_reused: int      # timings.cache_n: tokens the slot reused
-    engine_computed: int    # timings.prompt_n: tokens the engine computed
-    engine_ttft: float      # median seconds to the first streamed token, on the client's clock
-    engine_prompt_ms: float  # median prefill milliseconds, on the server's clock
-    kvlib_reused: int       # the PromptCache receipt's cached_tokens
-    kvlib_seconds: float    # median PromptCache prefill seconds
-
-
-@dataclass
-class SeedExperiment:
-    """What seed_experiment measured: a Row per kind of request, with the raw replies."""
-    rows: list                                    # [Row] in the order of REQUESTS
-    replies: dict = field(default_factory=dict)   # request -> [endpoint.Reply], one per repeat
-    block_size: int = 16
-
-    def table(self):
-        return text_table(
-            ["request", "prompt\ntokens", "llama-server\nreused", "computed", "first token", "prefill",
-             f"kvlib PromptCache (blocks of {self.block_size})\nreused", "prefill"],
-            [[r.request, f"{r.prompt_tokens:,}", f"{r.engine_reused:,}", f"{r.engine_computed:,}",
-              f"{r.engine_ttft * 1e3:,.0f} ms", f"{r.engine_prompt_ms:,.0f} ms", f"{r.kvlib_reused:,}",
-              f"{r.kvlib_seconds * 1e3:,.0f} ms"] for r in self.rows])
-
-
-def seed_experiment(engine, model, ids, repeats=1, block_size=16, slot=0):
-    """Cold, warm and first-token-changed requests of `ids`, on the engine's slot `slot` and on a kvlib
-    PromptCache of the same model, side by side; each kind `repeats` times in turn, medians reported."""
-    ids = list(ids)
-    if len(ids) < 2:
-        raise KVLibError("give a prompt of at least 2 tokens: one to reuse and the last to compute")
-    prompts = {"cold": ids, "warm": ids, "first token changed": change_first(ids, model.config.vocab_size)}
-    ep = connect(engine)
-    replies = {k: [] for k in REQUESTS}
-    for _ in range(repeats):
-        for request in REQUESTS:  # id_slot: one slot, so the next request meets what the last one left there
-            replies[request].append(ep.complete(prompts[request], max_tokens=1, id_slot=slot,
-                                                cache_prompt=request != "cold"))
-    prefills = {k: [] for k in REQUESTS}
-    for _ in range(repeats):
-        cache = PromptCache(model, block_size=block_size)  # empty: the first prefill is cold
-        for request in REQUESTS:
-            prefills[request].append(cache.prefill(prompts[request]))
-    rows = []
-    for request in REQUESTS:
-        last = replies[request][-1]
-        rows.append(Row(request, len(ids), last.timings["cache_n"], last.timings["prompt_n"],
-                        statistics.median(r.ttft for r in replies[request]),
-                        statistics.median(r.timings["prompt_ms"] for r in replies[request]),
-                        prefills[request][-1].receipt.cached_tokens,
-                        statistics.median(p.seconds for p in prefills[request])))
-    return SeedExperiment(rows, replies, block_size)
+def stream_table(runs, replies):
+    """caching_side_by_side's runs and send_stream's replies of the same requests, a row per request: prompt
+    tokens, each side's reused tokens, and each side's time to first token with and without its cache."""
+    (kvlib, kvlib_off), (engine, engine_off) = ([runs[n].served for n in CACHING]), ([replies[n] for n in CACHING])
+    ms = lambda seconds: f"{seconds * 1e3:,.0f} ms"
+    return text_table(
+        ["request", "prompt\ntokens", "kvlib\nreused", "llama-server\nreused",
+         "kvlib first token\nwith / without", "llama-server first token\nwith / without"],
+        [[s.request.label, f"{len(s.request.prompt_ids):,}", f"{s.reused:,}", f"{r.timings['cache_n']:,}",
+          f"{ms(s.ttft)} / {ms(s_off.ttft)}", f"{ms(r.ttft)} / {ms(r_off.ttft)}"]
+         for s, s_off, r, r_off in zip(kvlib, kvlib_off, engine, engine_off)])
 
 
 ROUNDS = ("first", "again", "swapped")

@@ -16,15 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from kvlib import compression, doctor, engine
+from kvlib import compression, doctor, engine, serving
 from kvlib.endpoint import Endpoint, connect
 from kvlib.engine import Engine, opener
-from kvlib.engine_probe import change_first, parallel_slots, repeat, seed_experiment, tokenizers_agree
+from kvlib.engine_probe import parallel_slots, repeat, send_stream, stream_table, tokenizers_agree
 from kvlib.errors import KVLibError
 from kvlib.prompt_cache import PromptCache
 
 N = 1000  # tokens of the held-out play the tests cut their prompts from
-SEED = 200  # the seed experiment's prompt: notebook 8 runs it on 1,000 tokens, once, in the browser test
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +37,6 @@ def server():
 @pytest.fixture(scope="module")
 def long_ids(smollm2):
     return compression.heldout_ids(smollm2, N)
-
-
-@pytest.fixture(scope="module")
-def experiment(server, smollm2, long_ids):
-    exp = seed_experiment(server, smollm2, long_ids[:SEED])  # one of each: cold, warm, first token changed
-    print("\n" + exp.table())
-    return exp
 
 
 @pytest.mark.slow
@@ -64,18 +56,33 @@ def test_the_engine_tokenizes_as_kvlib_does(server, smollm2):
     assert engine_ids == kvlib_ids
 
 
+def common(a, b):  # tokens two prompts start with
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 @pytest.mark.slow
 @pytest.mark.engine
-def test_reused_tokens_on_both_sides(experiment, smollm2, long_ids):
-    # the engine reuses the whole identical prompt but its last token, which it always computes (its
-    # logits are the answer's first token); kvlib reuses whole blocks of 16 that end before that token.
-    # A changed first token breaks the hit on both, though the other 999 tokens are the same.
-    changed = change_first(long_ids[:SEED], smollm2.config.vocab_size)
-    assert changed[0] != long_ids[0] and changed[1:] == long_ids[1:SEED]
-    assert [(r.request, r.engine_reused, r.engine_computed) for r in experiment.rows] == [
-        ("cold", 0, SEED), ("warm", SEED - 1, 1), ("first token changed", 0, SEED)]
-    assert [r.kvlib_reused for r in experiment.rows] == [0, (SEED - 1) // 16 * 16, 0] == [0, 192, 0]
-    assert [r.prompt_tokens for r in experiment.rows] == [SEED] * 3
+def test_a_stream_of_users_on_both_servers(server, smollm2, long_ids):
+    """Notebook 8's stream: 8 users after one 64-token system prompt, each with a few tokens of their own, sent
+    one after another to one slot. With its cache the engine reuses, to the token, what each prompt shares with
+    the one before (the slot's last); kvlib's server reads the system prompt's 4 full blocks of 16 from its index
+    for every request after the first. Without, both compute every token."""
+    system = long_ids[:64]
+    requests = [serving.Request(serving.label(i), system + long_ids[100 + 30 * i:100 + 30 * i + n], 4)
+                for i, n in enumerate((3, 9, 1, 12, 5, 7, 2, 6))]
+    replies = send_stream(server, requests)
+    runs = serving.caching_side_by_side(smollm2, requests, repeats=1)
+    print("\n" + stream_table(runs, replies))
+    prompts = [r.prompt_ids for r in requests]
+    assert [r.timings["cache_n"] for r in replies["prefix caching"]] == \
+           [0] + [common(a, b) for a, b in zip(prompts, prompts[1:])]
+    assert all(common(a, b) >= 64 for a, b in zip(prompts, prompts[1:]))
+    assert [r.timings["prompt_n"] + r.timings["cache_n"] for r in replies["prefix caching"]] == [len(p) for p in prompts]
+    assert [(r.timings["cache_n"], r.timings["prompt_n"]) for r in replies["no prefix caching"]] == \
+           [(0, len(p)) for p in prompts]
+    assert all(r.usage["completion_tokens"] == 4 for rs in replies.values() for r in rs)  # ignore_eos, as kvlib
+    assert [s.reused for s in runs["prefix caching"].served] == [0] + [64] * 7
+    assert [s.reused for s in runs["no prefix caching"].served] == [0] * 8
 
 
 @pytest.mark.slow

@@ -120,6 +120,8 @@ EXPECTED = {
     "08.static_idle": 4 * 10 - (2 + 3 + 5 + 10),  # 10 steps x 4 slots, minus one token per occupied slot-step
     # the system prompt's ceil(100 / 16) = 7 blocks, then per user ceil(120 / 16) = 8 minus the 6 full shared ones
     "08.shared_blocks": 7 + 4 * (8 - 6),
+    # the index holds the first request's full blocks; the second reads the 6 within the shared 100 tokens
+    "08.computed_after_hit": 120 - 6 * 16,
 }
 
 

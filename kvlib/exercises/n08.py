@@ -53,3 +53,19 @@ def shared_blocks(model):
     """Blocks of 16 tokens. A system prompt of 100 tokens is prefilled once; 4 users each add 20 tokens of their
     own after it, sharing its blocks. How many blocks are in use, the system prompt's own included?"""
     return serving.shared_blocks(100, [120] * 4, block_size=16)
+
+
+@exercise("08.computed_after_hit",
+          hint="The index holds full blocks only, and a hit stops before the prompt's last token, whose scores pick "
+               "the first answer token. How many whole blocks of 16 fit in the 100 shared tokens?",
+          explain="{answer} tokens: the second prompt's first 6 blocks (96 tokens) are the first one's, found in the "
+                  "index; the system prompt's last 4 tokens sit in a partly filled 7th block, which the index does not "
+                  "hold, so they are computed again with the user's own 20.")
+def computed_after_hit(model):
+    """Blocks of 16, prefix caching on. A server has answered one user whose prompt was a 100-token system prompt and
+    20 tokens of their own. A second user sends the same system prompt and 20 different tokens. Of its 120 prompt
+    tokens, how many does its prefill compute?"""
+    system = random_ids(model, 100, seed=81)
+    requests = [serving.Request(serving.label(i), system + random_ids(model, 20, seed=82 + i), 1) for i in range(2)]
+    second = serving.serve(model, requests, max_batch=1, block_size=16).served[1]
+    return len(second.request.prompt_ids) - second.reused
