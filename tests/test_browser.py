@@ -748,9 +748,18 @@ def test_08_serving(browser, lab, model):
     assert view.locator(".kv-sv-cell.kv-linked").count() == 2 * stream[i].max_new_tokens  # its cells, in both runs
     shot(view, "08-timeline")
 
-    # the engine's cells ran: its reused count beside kvlib's, for the 1,000-token prompt sent again
-    out = page.locator(".jp-CodeCell").filter(has_text="exp.rows").locator(".jp-OutputArea").inner_text()
-    assert "skipped" not in out and "llama-server reused 999 of the 1,000 tokens" in out and "kvlib read 992" in out, out
+    # section 3's timeline: every user after the first read the system prompt's blocks (↺), only with the index
+    cached = page.locator(".kv-view").filter(has=page.locator(".kv-sv-run[data-name$=', prefix caching']")).first
+    on = cached.locator(".kv-sv-run[data-name='continuous batching, prefix caching'] td[data-kind='prefill']")
+    assert on.all_inner_texts().count("▸A") == 1 and sum(t.startswith("↺") for t in on.all_inner_texts()) == 7
+    off = cached.locator(".kv-sv-run[data-name='continuous batching, no prefix caching'] td[data-kind='prefill']")
+    assert all(t.startswith("▸") for t in off.all_inner_texts()) and off.count() == 8
+    # the engine's cells ran: its reused count beside kvlib's, for the same eight users
+    out = page.locator(".jp-CodeCell").filter(has_text="engine_reused = ").locator(".jp-OutputArea").inner_text()
+    found = re.search(r"llama-server reused (\d+) tokens of each prompt.*kvlib's server read (\d+)", out)
+    assert "skipped" not in out and found, out
+    engine_reused, kvlib_reused = map(int, found.groups())  # to the token, and whole blocks of 16 within it
+    assert kvlib_reused % 16 == 0 and 0 <= engine_reused - kvlib_reused < 16 and kvlib_reused >= 64, out
     slots = page.locator(".jp-CodeCell").filter(has_text="par.table()").locator(".jp-OutputArea").inner_text()
     assert "skipped" not in slots and "in the other's slot, only the 500 tokens both share" in slots, slots
     check_typed_exercise(page, errors, "08.shared_blocks", 15, 32)

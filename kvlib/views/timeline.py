@@ -76,8 +76,8 @@ class ServingTimeline(View):
     def _table(self):
         lines = [self.title, "cells: a request's letter; ▸ its prefill; ↺ its prefill, reading cached blocks; "
                              ". an idle slot"]
-        for run in self.runs:
-            lines.append(f"\n{run['name']}: {run['tokens']:,} tokens in {run['ms']:,.1f} ms = "
+        for j, run in enumerate(self.runs):
+            lines.append(f"\nrun {j + 1} · {run['name']}: {run['tokens']:,} tokens in {run['ms']:,.1f} ms = "
                          f"{run['tokens_per_second']:,.1f} tokens/s; mean latency {run['mean_latency_ms']:,.1f} ms, "
                          f"mean time to first token {run['mean_ttft_ms']:,.1f} ms; {run['idle']:.0%} of slot-steps idle; "
                          f"blocks: {run['blocks_allocated']:,} allocated, {run['blocks_freed']:,} freed, "
@@ -88,8 +88,8 @@ class ServingTimeline(View):
         rows = [[q["label"], q["prompt"], q["answer"]] + [f"{run['served'][k]['reused']:,}" for run in self.runs] +
                 [f"{run['served'][k][f]:,.1f}" for run in self.runs for f in ("ttft_ms", "latency_ms")]
                 for k, q in enumerate(self.requests)]
-        heads = ["request", "prompt", "answer"] + [f"{run['name']}\nreused" for run in self.runs] + \
-            [f"{run['name']}\n{f}" for run in self.runs for f in ("TTFT ms", "latency ms")]
+        heads = ["request", "prompt", "answer"] + [f"run {j + 1}\nreused" for j in range(len(self.runs))] + \
+            [f"run {j + 1}\n{f}" for j in range(len(self.runs)) for f in ("TTFT ms", "latency ms")]
         return "\n".join(lines + ["", text_table(heads, rows)])
 
     @staticmethod
