@@ -39,6 +39,7 @@ from .measure import timed
 from .serving import CACHING
 from .texttable import text_table
 
+
 def tokenizers_agree(engine, model, text):
     """(kvlib's ids, the engine's ids) for `text`: the engine's own /tokenize against model.encode."""
     engine_ids = Endpoint(engine.url).request("POST", "/tokenize", {"content": text, "add_special": False})["tokens"]
