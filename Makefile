@@ -14,7 +14,7 @@ ROOT_FLAG   := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # the browser tests drive Chromium with Playwright: KVLIB_CHROMIUM's, else the one on PATH, else Debian's (installed below)
 CHROMIUM    := $(or $(KVLIB_CHROMIUM),$(shell command -v chromium),/usr/bin/chromium)
 
-.PHONY: lab test check bench install models engine clean chromium
+.PHONY: lab test check bench install models engine site clean chromium
 
 # setup_kvlib.py lab fetches SmolLM2 first (the models step), so an offline machine tries the network once
 lab: $(STAMP)
@@ -53,6 +53,12 @@ models: $(STAMP)
 engine: $(STAMP)
 	python3 setup_kvlib.py engine
 
+# the course as a static site in site/ (git-ignored): the eight notebooks run, then one page each whose views
+# still move with no kernel (kvlib/site.py); open site/index.html. Not part of make test: tests/test_site.py
+# checks the exporter on a small notebook, and on this build when asked (KVLIB_SITE=site)
+site: $(STAMP)
+	python3 setup_kvlib.py site
+
 # a check, not a file target: the path may hold spaces (macOS's Chrome), which make would split
 chromium:
 	@if [ -x "$(CHROMIUM)" ]; then :; elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -60,4 +66,4 @@ chromium:
 	else echo "The browser tests need Chromium at $(CHROMIUM): sudo apt-get install chromium, or set KVLIB_CHROMIUM"; exit 1; fi
 
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) *.egg-info site

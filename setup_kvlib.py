@@ -5,6 +5,7 @@
     python setup_kvlib.py test     # the same if needed, then run the tests
     python setup_kvlib.py check    # the same if needed, then the fast tests (no notebook runs)
     python setup_kvlib.py engine   # llama.cpp's server for notebook 8: built once (minutes), and SmolLM2's GGUF
+    python setup_kvlib.py site     # the course as a static site in site/: the notebooks run, then written as pages
 
 On Windows use `py setup_kvlib.py`. Only the standard library is used, so any Python 3.10+
 runs it. The Makefile calls this script too, so both paths install the same things.
@@ -183,10 +184,16 @@ def check():
     return run(venv_bin("python"), "-m", "pytest", "-q", "-m", "not slow", "--durations=5", "tests", check=False)
 
 
+def site():
+    """Every notebook run (SmolLM2 fetched first, so its cells run too), then written as pages in site/."""
+    models()
+    return run(venv_bin("python"), "-m", "kvlib.site", "--out", ROOT / "site", env={**os.environ, **LAB_ENV}, check=False)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("step", nargs="?", default="setup",
-                   choices=["setup", "install", "models", "engine", "lab", "test", "check"])
+                   choices=["setup", "install", "models", "engine", "lab", "test", "check", "site"])
     p.add_argument("--torch", default=os.environ.get("TORCH", "torch==2.13.0"), help="the torch requirement")
     p.add_argument("--torch-index", default=os.environ.get("TORCH_INDEX") or None,
                    help="e.g. https://download.pytorch.org/whl/cpu for the small CPU-only build")
@@ -198,7 +205,7 @@ def main():
         timed(phases, "set-up: SmolLM2", models)
     if args.step == "engine":
         engine()
-    code = {"lab": lab, "test": lambda: test(phases), "check": check}.get(args.step, lambda: 0)()
+    code = {"lab": lab, "test": lambda: test(phases), "check": check, "site": site}.get(args.step, lambda: 0)()
     if args.step == "test":
         print("\nkvlib: where the time went", *(f"  {s:7.1f} s  {name}" for name, s in phases), sep="\n", flush=True)
     sys.exit(code)
