@@ -282,6 +282,30 @@ def kernel_holds(page, action, *values, timeout_s=30):
         page.evaluate(SETTLED)  # lets Playwright deliver the frames received meanwhile
 
 
+def js_num(text):  # a number as the views print it (a real minus sign)
+    return float(text.replace("−", "-"))
+
+
+RECORD_STEPS = """([root, rows]) => {  // on every step the view shows, note the rows it then holds
+    root.__seen = [];
+    const count = new Function("r", `return (${rows})(r)`);
+    new MutationObserver(() => root.__seen.push([+root.dataset.step, count(root)]))
+        .observe(root, {attributes: true, attributeFilter: ["data-step"]});
+}"""
+GRID_ROWS = "(r) => r.querySelectorAll('tr.kv-att-row').length"
+CACHE_ROWS = "(r) => [...r.querySelectorAll('.kv-layer')].map(l => l.querySelectorAll('.kv-kvrow').length)"
+
+
+def play_through(page, root, rows, last):
+    """Press Play and wait for the last step; -> [(step, rows)] as the view showed them, one per step."""
+    page.evaluate(RECORD_STEPS, [root.element_handle(), rows])
+    frames = no_kernel_request(page, lambda: (root.locator("button", has_text="Play").click(),
+                                              page.wait_for_function("([r, n]) => r.dataset.step == n",
+                                                                     arg=[root.element_handle(), last],
+                                                                     timeout=60_000)))
+    return root.evaluate("r => r.__seen"), frames
+
+
 def screenshots(page, name, selectors=(".jp-RenderedImage img", ".jupyter-widgets.widget-vbox", VIEWS)):
     """One screenshot per picture, app or view, if wanted (shots_dir); -> how many."""
     if not shots_dir():

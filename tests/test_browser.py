@@ -14,8 +14,9 @@ import re
 
 import pytest
 
-from browser import (Lab, check_clean, chromium, close_all, copy_notebooks, kernel_holds, lab_server,
-                     no_kernel_request, open_and_run, save_gpt2_format, screenshots, settle, shot, tip)
+from browser import (CACHE_ROWS, GRID_ROWS, Lab, check_clean, chromium, close_all, copy_notebooks, js_num, kernel_holds,
+                     lab_server, no_kernel_request, open_and_run, play_through, save_gpt2_format, screenshots, settle,
+                     shot, tip)
 from conftest import toy_by_hand
 
 pytestmark = pytest.mark.slow
@@ -426,30 +427,6 @@ def test_a_long_prompts_grid_fetches_a_layer_once(browser, lab, smollm2):
     first = tip(page, view.locator(f"tr.kv-att-row[data-pos='5'] td[data-col='{j}']")).splitlines()[0]
     assert abs(js_num(first.rsplit(": ", 1)[1]) - trace.layers[29].weights[0, 5, j].item()) < 6e-4, first
     settle(page, errors, "long prompt", "fetching layer 29")
-
-
-def js_num(text):  # a number as the views print it (a real minus sign)
-    return float(text.replace("−", "-"))
-
-
-RECORD_STEPS = """([root, rows]) => {  // on every step the view shows, note the rows it then holds
-    root.__seen = [];
-    const count = new Function("r", `return (${rows})(r)`);
-    new MutationObserver(() => root.__seen.push([+root.dataset.step, count(root)]))
-        .observe(root, {attributes: true, attributeFilter: ["data-step"]});
-}"""
-GRID_ROWS = "(r) => r.querySelectorAll('tr.kv-att-row').length"
-CACHE_ROWS = "(r) => [...r.querySelectorAll('.kv-layer')].map(l => l.querySelectorAll('.kv-kvrow').length)"
-
-
-def play_through(page, root, rows, last):
-    """Press Play and wait for the last step; -> [(step, rows)] as the view showed them, one per step."""
-    page.evaluate(RECORD_STEPS, [root.element_handle(), rows])
-    frames = no_kernel_request(page, lambda: (root.locator("button", has_text="Play").click(),
-                                              page.wait_for_function("([r, n]) => r.dataset.step == n",
-                                                                     arg=[root.element_handle(), last],
-                                                                     timeout=60_000)))
-    return root.evaluate("r => r.__seen"), frames
 
 
 def test_05_kv_cache_animates(browser, lab, model):
