@@ -111,7 +111,8 @@ class Page:
             chosen = s.get("index")
             options = "".join(f"<option{' selected' if i == chosen else ''}>{html.escape(o)}</option>"
                               for i, o in enumerate(s["_options_labels"]))
-            return f'<span class="kv-site-field">{prefix}<select class="kv-site-control" disabled>{options}</select></span>'
+            return (f'<span class="kv-site-field">{prefix}<select class="kv-site-control" disabled>{options}</select>'
+                    '</span>')
         if kind == "TextareaModel":
             return (f'<span class="kv-site-field">{prefix}<textarea class="kv-site-control" readonly rows="3">'
                     f'{html.escape(str(s.get("value", "")))}</textarea></span>')
@@ -120,11 +121,12 @@ class Page:
 
     def output(self, out):
         kind = out["output_type"]
-        if kind == "stream":
-            return f'<pre class="kv-site-out{" kv-site-err" if out["name"] == "stderr" else ""}">{html.escape(text(out["text"]))}</pre>'
-        if kind == "error":
+        if kind in ("stream", "error"):  # a notebook that ran through shows no error, but a page says what it got
             from nbconvert.filters import strip_ansi
-            return f'<pre class="kv-site-out kv-site-err">{html.escape(strip_ansi(chr(10).join(out["traceback"])))}</pre>'
+
+            said = text(out["text"]) if kind == "stream" else strip_ansi("\n".join(out["traceback"]))
+            err = " kv-site-err" if kind == "error" or out["name"] == "stderr" else ""
+            return f'<pre class="kv-site-out{err}">{html.escape(said)}</pre>'
         data = out.get("data", {})
         if VIEW in data and self.state(data[VIEW]["model_id"]) is not None:
             ref = data[VIEW]["model_id"]
@@ -133,7 +135,8 @@ class Page:
                     if self.needs_kernel(ref) else "")
             return f'<div class="kv-site-widget">{self.widget(ref)}{note}</div>'
         if "image/png" in data:
-            return f'<img class="kv-site-img" alt="a figure" src="data:image/png;base64,{text(data["image/png"]).strip()}">'
+            png = text(data["image/png"]).strip()
+            return f'<img class="kv-site-img" alt="a figure" src="data:image/png;base64,{png}">'
         if "image/svg+xml" in data:
             return f'<div class="kv-site-img">{text(data["image/svg+xml"])}</div>'
         if "text/html" in data:
@@ -186,10 +189,10 @@ def title_of(nb):
     return heading.group(1).strip() if heading else "", paragraphs[0] if paragraphs else "", t.group(1).strip() if t else ""
 
 
-def shell(title, body, head=""):
+def shell(title, body):
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>'
-            f'<style>{(HERE / "site.css").read_text()}\n{code_style()}</style>{head}</head>\n<body>{body}</body></html>\n')
+            f'<style>{(HERE / "site.css").read_text()}\n{code_style()}</style></head>\n<body>{body}</body></html>\n')
 
 
 def page(nb, name, nav):

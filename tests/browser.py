@@ -2,6 +2,7 @@
 tests share, and a tool to look at a notebook's views by hand:
 
     .venv/bin/python tests/browser.py notebooks/05_kv_cache.ipynb   # runs it, screenshots every view
+    .venv/bin/python tests/browser.py --readme                      # the README's pictures, into docs/pictures
 
 Every page records what it asks the network for (nothing may leave 127.0.0.1) and what it
 sends the kernel (a view that switches in the browser sends nothing).
@@ -306,6 +307,16 @@ def play_through(page, root, rows, last):
     return root.evaluate("r => r.__seen"), frames
 
 
+def drag_across(page, target, dx=80, dy=30):
+    """Press the mouse in the middle of target, move it by (dx, dy) in steps, release: a drag, as a hand makes it."""
+    box = target.bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x + dx, y + dy, steps=5)
+    page.mouse.up()
+
+
 def screenshots(page, name, selectors=(".jp-RenderedImage img", ".jupyter-widgets.widget-vbox", VIEWS)):
     """One screenshot per picture, app or view, if wanted (shots_dir); -> how many."""
     if not shots_dir():
@@ -316,6 +327,41 @@ def screenshots(page, name, selectors=(".jp-RenderedImage img", ".jupyter-widget
             shot(page.locator(sel).nth(i), f"{name}-{k:02d}")
             k += 1
     return k
+
+
+# The README's pictures: the course's central views, each at a telling moment, shot from the pages `make site`
+# writes (kvlib/site.py): (notebook, picture, the view, what to do first)
+PICTURES = REPO / "docs" / "pictures"
+MIDWAY = lambda view: view.locator("input.kv-slider").fill(str(int(view.locator("input.kv-slider").get_attribute("max")) // 2))
+README_VIEWS = [
+    ("05_kv_cache", "cache-growing", ".kv-cachegrowth", MIDWAY),  # mid-decode: the history sits, one token climbs
+    ("05_kv_cache", "grid-filling", ".kv-att", MIDWAY),
+    ("05_kv_cache", "worked-step", ".kv-step", lambda view: [view.locator("button", has_text="Next").click() for _ in range(3)]),
+    ("06_prompt_caching", "prompt-cache-blocks", ".kv-blocks", lambda view: None),
+]
+
+
+def pictures(out=PICTURES):
+    """The README's pictures: notebooks 5 and 6 executed and written as pages, their central views shot into out."""
+    import tempfile
+
+    from kvlib import site
+
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, chromium() as browser:
+        tmp = Path(tmp)
+        notebooks = sorted({nb for nb, *_ in README_VIEWS})
+        site.export([site.execute(REPO / "notebooks" / f"{nb}.ipynb", tmp) for nb in notebooks], tmp / "site")
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        for nb, name, selector, act in README_VIEWS:
+            page.goto((tmp / "site" / f"{nb}.html").as_uri())
+            view = page.locator(selector).first
+            view.wait_for()
+            act(view)
+            page.mouse.move(0, 0)  # no tooltip, and no focus ring on the slider, in the picture
+            page.evaluate("document.activeElement.blur()")
+            view.screenshot(path=str(out / f"{name}.png"), animations="disabled")
+            print(f"{out / name}.png")
 
 
 def main(paths):
@@ -335,5 +381,5 @@ def main(paths):
                 page.close()
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
+if __name__ == "__main__":  # `--readme`: the README's pictures (docs/pictures), else the notebooks named
+    pictures() if sys.argv[1:] == ["--readme"] else main(sys.argv[1:])

@@ -14,9 +14,9 @@ import re
 
 import pytest
 
-from browser import (CACHE_ROWS, GRID_ROWS, Lab, check_clean, chromium, close_all, copy_notebooks, js_num, kernel_holds,
-                     lab_server, no_kernel_request, open_and_run, play_through, save_gpt2_format, screenshots, settle,
-                     shot, tip)
+from browser import (CACHE_ROWS, GRID_ROWS, Lab, check_clean, chromium, close_all, copy_notebooks, drag_across, js_num,
+                     kernel_holds, lab_server, no_kernel_request, open_and_run, play_through, save_gpt2_format,
+                     screenshots, settle, shot, tip)
 from conftest import toy_by_hand
 
 pytestmark = pytest.mark.slow
@@ -252,12 +252,7 @@ def test_03_embeddings(browser, lab, model, smollm2):
         assert picture.evaluate("e => e === document.activeElement"), "03: the notebook took the arrow keys"
 
     def drag():
-        box = picture.bounding_box()
-        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-        page.mouse.move(x, y)
-        page.mouse.down()
-        page.mouse.move(x + 80, y + 30, steps=5)
-        page.mouse.up()
+        drag_across(page, picture)
 
     for how, turn in (("the arrow keys", keys), ("a drag", drag)):
         before = placed()

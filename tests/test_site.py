@@ -6,19 +6,22 @@ Here on a small notebook executed in the test (seconds, on tiny). The whole cour
 builds in minutes, is checked when asked: `KVLIB_SITE=site .venv/bin/python -m pytest tests/test_site.py`.
 """
 
+import contextlib
 import json
 import os
 import re
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlparse
 
 import nbformat
 import pytest
 
-from browser import CACHE_ROWS, GRID_ROWS, Recorder, chromium, js_num, play_through, tip
+from browser import (CACHE_ROWS, GRID_ROWS, README_VIEWS, REPO, Recorder, chromium, drag_across, js_num, play_through,
+                     tip)
 from kvlib import site
-
-pytestmark = pytest.mark.slow  # a kernel and a browser
 
 PROMPT, NEW = "The king is dead", 4  # the grid and the cache: 4 tokens generated, 3 fed back
 SMALL = [
@@ -61,27 +64,31 @@ def browser():
         yield b
 
 
-def open_offline(browser, path):
-    """A page opened from file:// with every other request aborted; -> (page, console errors). page.recorder
-    lists every URL it asked for, aborted or not."""
+def open_offline(browser, path, url=None):
+    """A page opened from file:// (or from url, a local server) with every other request aborted; -> (page,
+    console errors). page.recorder lists every URL it asked for, aborted or not."""
     page = browser.new_page(viewport={"width": 1300, "height": 900})
     page.recorder = Recorder(page)
-    page.route("**/*", lambda r: r.continue_() if urlparse(r.request.url).scheme in OFFLINE else r.abort())
+    page.route("**/*", lambda r: r.continue_() if allowed(r.request.url, url) else r.abort())
     errors = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(path.as_uri())
+    page.goto(url or path.as_uri())
     page.wait_for_function("() => [...document.querySelectorAll('[data-kv-model]')]"
                            ".every((m) => m.querySelector('.kv-view') || m.textContent)")  # drawn, or said why not
     return page, errors
 
 
-def check_offline(page, errors, name):
+def allowed(url, served=None):  # the page itself, its blob: modules and data: pictures, or the server it came from
+    return urlparse(url).scheme in OFFLINE or bool(served) and urlparse(url).netloc == urlparse(served).netloc
+
+
+def check_offline(page, errors, name, served=None):
     """Every view drew, nothing asked for anything beyond the page, and the console has no error."""
     mounts = page.locator("[data-kv-model]")
     drawn = [mounts.nth(i).locator(".kv-view").count() for i in range(mounts.count())]
     assert all(n == 1 for n in drawn), f"{name}: views drawn {drawn}: {mounts.all_inner_texts()[:3]}"
-    away = [u for u in page.recorder.urls if urlparse(u).scheme not in OFFLINE]
+    away = [u for u in page.recorder.urls if not allowed(u, served)]
     assert not away, f"{name}: requests beyond the page: {away[:5]}"
     assert not errors, f"{name}: console errors: {errors[:5]}"
     return mounts.count()
@@ -125,12 +132,7 @@ def check_map_turns(page, view):
     placed = lambda: view.locator(".kv-point").evaluate_all("ps => ps.map((p) => p.getAttribute('transform'))")
     before = placed()
     picture.scroll_into_view_if_needed()
-    box = picture.bounding_box()
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-    page.mouse.move(x, y)
-    page.mouse.down()
-    page.mouse.move(x + 80, y + 30, steps=5)
-    page.mouse.up()
+    drag_across(page, picture)
     assert before and placed() != before, "the 3D map did not turn"
 
 
@@ -153,6 +155,7 @@ def cached_tokens(page):  # the largest count of tokens read from the cache in t
     return max(page.locator(".kv-blocks td[data-field='cached']").all_inner_texts(), key=lambda t: int(t.replace(",", "")))
 
 
+@pytest.mark.slow  # a kernel and a browser
 def test_every_view_draws_offline_and_moves(browser, small):
     path, nb = small
     page, errors = open_offline(browser, path)
@@ -167,6 +170,7 @@ def test_every_view_draws_offline_and_moves(browser, small):
     page.close()
 
 
+@pytest.mark.slow  # a kernel and a browser
 def test_the_page_shows_the_runs_numbers(browser, small):
     """The weight under the pointer, the bytes the cache measured and the tokens a request read from the
     cache are the numbers the executed notebook printed."""
@@ -181,6 +185,7 @@ def test_the_page_shows_the_runs_numbers(browser, small):
     page.close()
 
 
+@pytest.mark.slow  # a kernel and a browser
 def test_what_needs_the_kernel_says_so(browser, small):
     """A control shows its last value, disabled, with a line naming the command that opens the live notebook."""
     path, _ = small
@@ -194,13 +199,42 @@ def test_what_needs_the_kernel_says_so(browser, small):
     page.close()
 
 
+def test_the_readme_shows_the_views_first():
+    """The README's first screen (before its first section) shows pictures of the views, then the two set-up
+    commands; the pictures are in the repository, and `tests/browser.py --readme` makes exactly those."""
+    readme = (REPO / "README.md").read_text()
+    first = readme.split("\n## ", 1)[0]
+    shown = re.findall(r"\]\((docs/pictures/[^)]+\.png)\)", first)
+    assert len(shown) >= 2, shown
+    assert first.index(shown[-1]) < first.index("make lab") < first.index("make test"), "pictures, then the commands"
+    for p in shown:
+        assert (REPO / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{p} is not a PNG"
+    assert set(shown) == {f"docs/pictures/{name}.png" for _, name, _, _ in README_VIEWS}
+    assert "tests/browser.py --readme" in readme
+
+
 SITE = os.environ.get("KVLIB_SITE")
 
 
+@contextlib.contextmanager
+def served(root):
+    """root served over HTTP on 127.0.0.1 by the standard library's server, as `python -m http.server` does."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join()
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not SITE, reason="checks a built site: make site, then KVLIB_SITE=site")
 def test_the_whole_course_site(browser):
-    """Every page of `make site`'s build opens offline with every view drawn; the first grid, cache and 3D map
-    move; the three numbers are the executed notebooks'."""
+    """Every page of `make site`'s build opens from file:// with the network cut, and from a local HTTP server,
+    with every view drawn; the first grid that steps, cache and 3D map move; the three numbers are the executed
+    notebooks'."""
     root = Path(SITE).resolve()
     pages = sorted(root.glob("*.html"))
     assert [p.name for p in pages][:1] == ["01_generation_loop.html"] and (root / "index.html").exists()
@@ -225,6 +259,11 @@ def test_the_whole_course_site(browser):
         check_offline(page, errors, f"{p.name}, after moving its views")
         page.close()
     assert moved == {GRID, ".kv-cachegrowth", ".kv-embedding"} and views >= 15, (moved, views)
+    with served(root) as url:  # as from any static host: python -m http.server
+        for p in pages:
+            page, errors = open_offline(browser, p, f"{url}/{p.name}")
+            check_offline(page, errors, f"{p.name} from {url}", served=url)
+            page.close()
     stem, weight, nbytes = found["grid"]
     printed, stored = outputs(executed[stem])
     assert f"{nbytes} bytes" in printed, f"{stem}: the page's {nbytes} bytes are not in the notebook's outputs"
