@@ -119,7 +119,7 @@ class Page:
         return (f'<span class="kv-site-field">{prefix}<input class="kv-site-control" readonly '
                 f'value="{html.escape(str(s.get("value", "")))}"></span>')
 
-    def output(self, out):
+    def output(self, out, live=True):  # live: say under an app that the live notebook takes input there
         kind = out["output_type"]
         if kind in ("stream", "error"):  # a notebook that ran through shows no error, but a page says what it got
             from nbconvert.filters import strip_ansi
@@ -132,7 +132,7 @@ class Page:
             ref = data[VIEW]["model_id"]
             note = (f'<div class="kv-site-live">Recorded output. The live notebook takes input here (type, press, '
                     f'check an answer): {LIVE.format(name=html.escape(self.name))}.</div>'
-                    if self.needs_kernel(ref) else "")
+                    if live and self.needs_kernel(ref) else "")
             return f'<div class="kv-site-widget">{self.widget(ref)}{note}</div>'
         if "image/png" in data:
             png = text(data["image/png"]).strip()
@@ -152,12 +152,12 @@ class Page:
             return f'<div class="kv-site-md">{markdown(cell.source)}</div>'
         if cell.cell_type != "code":
             return ""
-        outputs = "".join(self.output(o) for o in cell.outputs)
-        exercise = ("exercise" in cell.metadata.get("tags", []) and "kv-site-live" not in outputs and
-                    f'<div class="kv-site-live">An exercise: in the live notebook you type your answer in the cell and '
-                    f'it is checked there ({LIVE.format(name=html.escape(self.name))}).</div>')
-        return (f'<div class="kv-site-cell"><div class="kv-site-input">{code(cell.source)}</div>'
-                f'{outputs}{exercise or ""}</div>')
+        exercise = "exercise" in cell.metadata.get("tags", [])  # its check's buttons: said once, for the exercise
+        outputs = "".join(self.output(o, live=not exercise) for o in cell.outputs)
+        if exercise:
+            outputs += (f'<div class="kv-site-live">An exercise: in the live notebook you type your answer in the cell '
+                        f'and it is checked there ({LIVE.format(name=html.escape(self.name))}).</div>')
+        return f'<div class="kv-site-cell"><div class="kv-site-input">{code(cell.source)}</div>{outputs}</div>'
 
     def views(self):
         """The mounted views' data for site.js: each view's state without its module and style, which are

@@ -39,6 +39,7 @@ SMALL = [
              "stream.send(); stream.send()\nstream"),
     ("code", "print(f'the second request read {stream.results[1].prefill.receipt.cached_tokens} tokens from the cache')"),
     ("code", "widgets.EmbeddingSpace(model, dims=3)"),
+    ("exercise", "from kvlib import exercises\nmy_answer = ...\nexercises.check('05.k_rows', my_answer, model)"),
 ]
 VIEWS = 4  # the grid, the cache, the prompt-cache blocks, the embedding map
 GRID = ".kv-att:has(input.kv-slider:not([max='0']))"  # an attention grid that steps (a prefill's alone does not)
@@ -49,8 +50,9 @@ OFFLINE = ("file", "blob", "data")  # what a page may load: itself, its modules 
 def small(tmp_path_factory):
     """The small notebook, executed here and exported: (its page, the executed notebook)."""
     root = tmp_path_factory.mktemp("site")
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(s) if kind == "markdown"
-                                         else nbformat.v4.new_code_cell(s) for kind, s in SMALL])
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell(s) if kind == "markdown" else
+        nbformat.v4.new_code_cell(s, metadata={"tags": ["exercise"]} if kind == "exercise" else {}) for kind, s in SMALL])
     nbformat.write(nb, root / "small.ipynb")
     executed = site.execute(root / "small.ipynb", root / "executed")
     weights = site.export([executed], root / "site")
@@ -187,7 +189,8 @@ def test_the_page_shows_the_runs_numbers(browser, small):
 
 @pytest.mark.slow  # a kernel and a browser
 def test_what_needs_the_kernel_says_so(browser, small):
-    """A control shows its last value, disabled, with a line naming the command that opens the live notebook."""
+    """A control shows its last value, disabled, with a line naming the command that opens the live notebook;
+    an exercise's check says once that the answer is checked there."""
     path, _ = small
     page, errors = open_offline(browser, path)
     word = page.locator(".kv-site-widget input.kv-site-control")  # EmbeddingSpace's "Neighbours of" box
@@ -195,7 +198,12 @@ def test_what_needs_the_kernel_says_so(browser, small):
     assert page.locator(".kv-site-widget button.kv-site-control", has_text="Send next request").is_disabled()
     lines = page.locator(".kv-site-widget .kv-site-live").all_inner_texts()
     assert len(lines) == 2 and all("make lab" in t and "small.ipynb" in t for t in lines), lines  # stream, map
-    assert page.locator(".kv-site-widget").count() == VIEWS  # the grid and the cache need no kernel: no line
+    assert page.locator(".kv-site-widget").count() == VIEWS + 1  # and the exercise's check; the grid and cache: no line
+    exercise = page.locator(".kv-site-cell").last
+    assert exercise.locator("button.kv-site-control", has_text="Show the answer").is_disabled()
+    assert exercise.locator(".kv-site-live").all_inner_texts() == [
+        "An exercise: in the live notebook you type your answer in the cell and it is checked there (make lab in a "
+        "clone of kvlib, then open small.ipynb)."]
     page.close()
 
 
