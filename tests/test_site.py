@@ -24,6 +24,7 @@ from browser import (CACHE_ROWS, GRID_ROWS, README_VIEWS, REPO, Recorder, chromi
 from kvlib import site
 
 PROMPT, NEW = "The king is dead", 4  # the grid and the cache: 4 tokens generated, 3 fed back
+LONG = "To be, or not to be, that is the question. " * 12  # 150-odd tokens: a view holds one layer of 4, not all
 SMALL = [
     ("markdown", "# A small page\n\nThe cache of a short prompt, **step by step**.\n\n**Time:** a minute."),
     ("code", "import kvlib\nfrom kvlib import views, widgets\nfrom kvlib.prompt_cache import ManualClock\n"
@@ -39,9 +40,10 @@ SMALL = [
              "stream.send(); stream.send()\nstream"),
     ("code", "print(f'the second request read {stream.results[1].prefill.receipt.cached_tokens} tokens from the cache')"),
     ("code", "widgets.EmbeddingSpace(model, dims=3)"),
+    ("code", f"views.AttentionGrid.of(model, {LONG!r})  # too long to send every layer: the others on request"),
     ("exercise", "from kvlib import exercises\nmy_answer = ...\nexercises.check('05.k_rows', my_answer, model)"),
 ]
-VIEWS = 4  # the grid, the cache, the prompt-cache blocks, the embedding map
+VIEWS = 5  # the grid, the cache, the prompt-cache blocks, the embedding map, the long prompt's grid
 GRID = ".kv-att:has(input.kv-slider:not([max='0']))"  # an attention grid that steps (a prefill's alone does not)
 OFFLINE = ("file", "blob", "data")  # what a page may load: itself, its modules made into blob: URLs, its pictures
 
@@ -189,8 +191,9 @@ def test_the_page_shows_the_runs_numbers(browser, small):
 
 @pytest.mark.slow  # a kernel and a browser
 def test_what_needs_the_kernel_says_so(browser, small):
-    """A control shows its last value, disabled, with a line naming the command that opens the live notebook;
-    an exercise's check says once that the answer is checked there."""
+    """A control shows its last value, disabled, with a line naming the command that opens the live notebook; so
+    does a view that asks the kernel for more (a layer not sent); an exercise's check says once that the answer is
+    checked there."""
     path, _ = small
     page, errors = open_offline(browser, path)
     word = page.locator(".kv-site-widget input.kv-site-control")  # EmbeddingSpace's "Neighbours of" box
@@ -199,6 +202,11 @@ def test_what_needs_the_kernel_says_so(browser, small):
     lines = page.locator(".kv-site-widget .kv-site-live").all_inner_texts()
     assert len(lines) == 2 and all("make lab" in t and "small.ipynb" in t for t in lines), lines  # stream, map
     assert page.locator(".kv-site-widget").count() == VIEWS + 1  # and the exercise's check; the grid and cache: no line
+    long = page.locator("[data-kv-model]:has(.kv-att)").last  # a layer the kernel did not send: the view asks it
+    assert long.locator(".kv-att").get_attribute("data-layer") == "0"  # sent with the layers nearest, not the last
+    long.locator("select.kv-att-layer").select_option(label=long.locator("select.kv-att-layer option").last.inner_text())
+    assert "make lab" in long.locator(".kv-site-live").inner_text()
+    assert not errors, errors
     exercise = page.locator(".kv-site-cell").last
     assert exercise.locator("button.kv-site-control", has_text="Show the answer").is_disabled()
     assert exercise.locator(".kv-site-live").all_inner_texts() == [
