@@ -2,7 +2,7 @@
 with no kernel.
 
     python -m kvlib.site                      # execute notebooks/*.ipynb, write site/ (make site does this)
-    python -m kvlib.site --executed DIR       # export notebooks already executed into DIR (no kernel)
+    python -m kvlib.site --executed DIR       # write the pages of the copies already executed in DIR (no kernel)
 
 An executed notebook stores what every widget showed: each model's last state under its metadata
 (application/vnd.jupyter.widget-state+json), each output naming its model (widget-view+json). A kvlib view
@@ -192,7 +192,7 @@ def title_of(nb):
 def shell(title, body):
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>'
-            f'<style>{(HERE / "site.css").read_text()}\n{code_style()}</style></head>\n<body>{body}</body></html>\n')
+            f'<style>{(HERE / "site.css").read_text(encoding="utf-8")}\n{code_style()}</style></head>\n<body>{body}</body></html>\n')
 
 
 def page(nb, name, nav):
@@ -200,12 +200,13 @@ def page(nb, name, nav):
     p = Page(nb, name)
     cells = "\n".join(p.cell(c) for c in nb.cells)
     title = title_of(nb)[0] or name
-    intro = (f'<p class="kv-site-live">A static copy of <code>{html.escape(name)}</code>, run once when this site was built. '
-             f'The pictures still move here: hover, Play, switch layers and heads, turn the 3D map. Typing your own text, '
-             f'pressing an app\'s buttons and checking your answers need the live notebook: '
-             f'{LIVE.format(name=html.escape(name))}.</p>')
+    moves = " Its pictures still move here: hover them, press Play, switch layers and heads, turn the 3D map." \
+        if p.mounted else ""
+    intro = (f'<p class="kv-site-live">A static copy of <code>{html.escape(name)}</code>, run once when this site was '
+             f'built.{moves} Typing your own text, pressing an app\'s buttons and checking your answers need the live '
+             f'notebook: {LIVE.format(name=html.escape(name))}.</p>')
     data = f'<script type="application/json" id="kv-site-views">{_script_json(p.views())}</script>'
-    script = f'<script>{(HERE / "site.js").read_text()}</script>'
+    script = f'<script>{(HERE / "site.js").read_text(encoding="utf-8")}</script>'
     return shell(title, f'<nav class="kv-site-nav">{nav}<button type="button" class="kv-site-toggle" '
                         f'onclick="document.body.classList.toggle(\'kv-site-nocode\')">Hide / show code</button></nav>'
                         f'<main>{intro}{cells}</main><nav class="kv-site-nav">{nav}</nav>{data}{script}')
@@ -236,10 +237,10 @@ def export(executed, out):
         links = ['<a href="index.html">Contents</a>']
         links += [f'<a href="{files[i - 1]}">◀ {html.escape(title_of(nbs[i - 1][1])[0])}</a>'] if i else []
         links += [f'<a href="{files[i + 1]}">{html.escape(title_of(nbs[i + 1][1])[0])} ▶</a>'] if i + 1 < len(nbs) else []
-        (out / files[i]).write_text(page(nb, path.name, " · ".join(links)))
+        (out / files[i]).write_text(page(nb, path.name, " · ".join(links)), encoding="utf-8")
         weights[files[i]] = (out / files[i]).stat().st_size
         entries.append((files[i], *title_of(nb)))
-    (out / "index.html").write_text(index(entries))
+    (out / "index.html").write_text(index(entries), encoding="utf-8")
     weights["index.html"] = (out / "index.html").stat().st_size
     return weights
 
