@@ -696,7 +696,8 @@ def test_08_serving(browser, lab, model):
     stream = serving.request_stream(model, 16, seed=0)
     view = page.locator(".kv-view").filter(has=page.locator(".kv-sv-run")).first
     view.scroll_into_view_if_needed()
-    runs = {policy: serving.serve(model, stream, policy, max_batch=4) for policy in serving.POLICIES}
+    runs = {policy: serving.serve(model, stream, policy, max_batch=4, prefix_caching=False)  # as section 2 runs it
+            for policy in serving.POLICIES}
     for policy, run in runs.items():
         grid = view.locator(f".kv-sv-run[data-policy='{policy}']")
         shown = grid.locator("td.kv-sv-cell").evaluate_all(
