@@ -59,8 +59,9 @@ def shared_blocks(model):
           hint="The index holds full blocks only, and a hit stops before the prompt's last token, whose scores pick "
                "the first answer token. How many whole blocks of 16 fit in the 100 shared tokens?",
           explain="{answer} tokens: the second prompt's first 6 blocks (96 tokens) are the first one's, found in the "
-                  "index; the system prompt's last 4 tokens sit in a partly filled 7th block, which the index does not "
-                  "hold, so they are computed again with the user's own 20.")
+                  "index; the 7th block holds the system prompt's last 4 tokens and the first user's 12, so its key "
+                  "(a hash of every token up to its end) is not the second prompt's: those 4 are computed again with "
+                  "the user's own 20.")
 def computed_after_hit(model):
     """Blocks of 16, prefix caching on. A server has answered one user whose prompt was a 100-token system prompt and
     20 tokens of their own. A second user sends the same system prompt and 20 different tokens. Of its 120 prompt
