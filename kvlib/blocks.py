@@ -130,8 +130,9 @@ class BlockPool:
             raise KVLibError(f"there is no block {block!r}: blocks are numbered 0 to {self.n_blocks - 1}")
 
     def allocate(self):  # -> a block, held once: a free one, else one whose cached K and V are evicted
-        if not self.free:
-            self._evict()
+        if not self.free and not self.evict():
+            raise KVLibError(f"all {self.n_blocks} blocks of the pool are in use: let a request finish "
+                             "(release it) before adding more, or make the pool larger")
         block = heapq.heappop(self.free)
         self.refs[block] = 1
         self.allocated += 1
@@ -160,8 +161,7 @@ class BlockPool:
     def lookup(self, keys, tenant):
         """-> the blocks of the longest prefix of `keys` the index holds, each now held once more.
         keys: a prompt's block keys from its first; the index has no holes, so the prefix is found
-        by walking from the start."""
-        self.expire()
+        by walking from the start. (Call expire() first, so that what is past its TTL is not found.)"""
         now, blocks = self.clock(), []
         for key in keys:
             if key not in self.index:
@@ -202,19 +202,24 @@ class BlockPool:
             n += len(old)
         return n
 
+    def grow(self, n):  # n more blocks, free (their memory is the caller's: PagedKVCache.grow)
+        check_count(n, "blocks to grow a pool by")
+        self.free.extend(range(self.n_blocks, self.n_blocks + n))  # above every block in the heap: still a heap
+        self.refs.extend([0] * n)
+        self.n_blocks += n
+
     def clear(self):  # drop every cached block: the index forgets all that no sequence holds
-        while self.lru:
-            self._evict()
+        while self.evict():
+            pass
 
     def _leaves(self):  # unheld indexed blocks that no indexed block continues, least recently used first
         return (b for b in self.lru if self.entries[b].children == 0)
 
-    def _evict(self):
+    def evict(self):  # -> whether a block went: the least recently used unheld leaf, out of the index, freed
         block = next(self._leaves(), None)
-        if block is None:
-            raise KVLibError(f"all {self.n_blocks} blocks of the pool are in use: let a request finish "
-                             "(release it) before adding more, or make the pool larger")
-        self._drop(block, "evict", self.clock())
+        if block is not None:
+            self._drop(block, "evict", self.clock())
+        return block is not None
 
     def _drop(self, block, why, now):  # out of the index, onto the free list
         entry = self.entries.pop(block)

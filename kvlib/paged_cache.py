@@ -89,14 +89,21 @@ class PagedLayer:
             for pool in (self.k, self.v):
                 pool[:, dst * bs:(dst + 1) * bs] = pool[:, src * bs:(src + 1) * bs]
 
+    def grow(self, n):  # room for n more blocks: the pool copied into a larger tensor (block ids stay valid)
+        if self.k is not None:
+            self.k, self.v = (torch.cat([t, t.new_zeros(t.shape[0], n * self.cache.block_size, t.shape[2])], 1)
+                              for t in (self.k, self.v))
+
 
 class PagedKVCache:
     """Many sequences' K and V in one pool of blocks per layer. The caller adds sequences, says which
     get how many new tokens in the next forward call (`schedule`), and releases them when done."""
 
-    def __init__(self, n_layer, n_blocks, block_size=16, ttl_seconds=None, clock=None):
+    def __init__(self, n_layer, n_blocks, block_size=16, ttl_seconds=None, clock=None, grow=False):
+        """grow=True: a call that needs more blocks than are free grows the pool (at least doubling it) rather
+        than evict cached blocks or refuse (a PromptCache's pool: its budget decides what stays cached)."""
         check_count(block_size, "block_size (tokens per block)")
-        self.block_size, self.n_blocks = block_size, n_blocks
+        self.block_size, self.n_blocks, self.growable = block_size, n_blocks, grow
         self.pool = BlockPool(n_blocks, ttl_seconds, clock)
         self.layers = [PagedLayer(self) for _ in range(n_layer)]
         self.sequences = {}  # id -> Sequence
@@ -105,17 +112,24 @@ class PagedKVCache:
         self.slots = None    # [T] pool slot of each new row, set by admit
         self.groups = None   # Groups of the call's sequences, set by admit: what each row attends over
 
-    def add(self, prompt_ids=None, tenant="default", prefix_of=None):  # -> a new sequence's id
+    def add(self, prompt_ids=None, tenant="default", prefix_of=None, hit=None):  # -> a new sequence's id
         """A new sequence: empty; or, given the prompt it will be fed (token ids), starting with the longest
         prefix of it whose full blocks the index holds for its tenant; or starting with every token the live
-        sequence `prefix_of` holds. Either way it shares those blocks by reference, and
+        sequence `prefix_of` holds; or with hit=(blocks, tokens), starting with blocks its caller took from the
+        index (BlockPool.lookup holds them once for it), which hold its first `tokens` tokens (a PromptCache's
+        hit, which may end inside its last block). Either way it shares those blocks by reference, and
         `sequence(id).reused` says how many tokens they hold: feed it prompt_ids[reused:]. A cached prefix
         stops before the prompt's last token, whose logits pick the first answer token."""
-        if prompt_ids is not None and prefix_of is not None:
-            raise KVLibError("give add() prompt_ids (to reuse cached blocks) or prefix_of (to share a live "
-                             "sequence's blocks), not both")
+        if sum(x is not None for x in (prompt_ids, prefix_of, hit)) > 1:
+            raise KVLibError("give add() one of prompt_ids (to reuse cached blocks), prefix_of (to share a live "
+                             "sequence's blocks) or hit (blocks already looked up), not several")
         seq = Sequence(tenant=tenant)
-        if prefix_of is not None:
+        if hit is not None:
+            seq.blocks, seq.length = list(hit[0]), hit[1]
+            if blocks_for(seq.length, self.block_size) != len(seq.blocks):
+                raise KVLibError(f"{seq.length} tokens fill {blocks_for(seq.length, self.block_size)} blocks of "
+                                 f"{self.block_size}, not the {len(seq.blocks)} given")
+        elif prefix_of is not None:
             parent = self.sequence(prefix_of)
             for block in parent.blocks:
                 self.pool.share(block)
@@ -126,6 +140,7 @@ class PagedKVCache:
                                  f"not {prompt_ids!r:.40}")
             n, bs = len(prompt_ids), self.block_size
             seq.keys = block_keys(list(prompt_ids), tenant, full_spans(n, bs))
+            self.pool.expire()
             seq.blocks = self.pool.lookup(seq.keys[:(n - 1) // bs], tenant)  # blocks ending before the last token
             seq.filed, seq.length = len(seq.blocks), len(seq.blocks) * bs
         seq.reused = seq.length
@@ -134,7 +149,9 @@ class PagedKVCache:
         return self._next_id - 1
 
     def release(self, seq_id):  # a finished sequence gives its blocks back (shared ones stay for their other holders)
-        for block in self.sequence(seq_id).blocks:
+        # last block first, so in the index's LRU a prefix's first blocks are the most recently used: a parent
+        # is never older than its children (as vLLM frees a request's blocks in reverse)
+        for block in reversed(self.sequence(seq_id).blocks):
             self.pool.release(block)
         del self.sequences[seq_id]
 
@@ -160,6 +177,8 @@ class PagedKVCache:
                              "scheduled: call schedule([(sequence, n), ...]) before each call")
         # all or nothing: a full pool refuses the call before any sequence has taken a slot
         need = self._blocks_needed()
+        if self.growable and need > len(self.pool.free):
+            self.grow(max(need - len(self.pool.free), self.n_blocks))
         if need > self.pool.available:  # cached blocks nobody holds count: the pool evicts them for room
             self.rows = []
             raise KVLibError(f"this call needs {need} more blocks but {self.pool.available} of the pool's "
@@ -194,7 +213,8 @@ class PagedKVCache:
             if seq.length % self.block_size:
                 tail = seq.blocks[-1]
                 holders[tail] = holders.get(tail, self.pool.refs[tail])
-                if holders[tail] > 1:  # copied: one holder fewer, and the last one writes in place
+                if holders[tail] > 1 or tail in self.pool.entries:  # copied: one holder fewer (an indexed one is
+                # always copied: its tokens are a filed prefix), and the last holder of a plain one writes in place
                     need, holders[tail] = need + 1, holders[tail] - 1
         return need
 
@@ -209,13 +229,31 @@ class PagedKVCache:
         offset = seq.length % self.block_size
         if offset == 0:  # its last block is full (or it has none): take a new one
             seq.blocks.append(self.pool.allocate())
-        elif self.pool.refs[seq.blocks[-1]] > 1:  # shared and not full: copy it, then write into the copy
-            own = self.pool.allocate()
-            for layer in self.layers:
-                layer.copy_block(seq.blocks[-1], own)
+        elif self.pool.refs[seq.blocks[-1]] > 1 or seq.blocks[-1] in self.pool.entries:
+            # not full, and shared or filed in the index (a marked prefix ending inside it): copy it, write the copy
+            own = self.copy_of(seq.blocks[-1])
             self.pool.release(seq.blocks[-1])
             seq.blocks[-1] = own
         return seq.blocks[-1] * self.block_size + offset
+
+    def copy_of(self, block):  # -> a new block, held once, holding what `block` holds
+        if self.growable and not self.pool.free:
+            self.grow(self.n_blocks)
+        own = self.pool.allocate()
+        for layer in self.layers:
+            layer.copy_block(block, own)
+        return own
+
+    def grow(self, n):  # n more blocks in the pool, free
+        self.pool.grow(n)
+        for layer in self.layers:
+            layer.grow(n)
+        self.n_blocks += n
+
+    @property
+    def bytes_per_block(self):  # K and V of one block in every layer, as the pool's tensors hold them (0 before any)
+        return sum(t[:, :self.block_size].nbytes for layer in self.layers if layer.k is not None
+                   for t in (layer.k, layer.v))
 
     def token_slots(self, seq_id, device=None):  # [length]: the pool slot of each token of a sequence, in order
         seq, bs = self.sequence(seq_id), self.block_size

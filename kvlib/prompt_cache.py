@@ -1,51 +1,55 @@
 """Prompt caching across requests, as providers do it: a shared prefix's K and V are kept
 and reused by later requests, so only the new part of a prompt goes through the model.
 
-Blocks, as vLLM's automatic prefix caching: a prompt is cut into blocks, and each block
-is stored under a hash of its tenant and every token from the prompt's start to the
-block's end. The hash names the whole prefix, however a request cut it into blocks, so
-the longest cached prefix is the last of a prompt's block ends whose hash is stored (its
-blocks found from there, each naming the one before it), and a partial hit reuses every
-block before the first different token.
+A policy over one pool of blocks. What a PromptCache stores are the blocks of one PagedKVCache
+(paged_cache.py, blocks.py), as vLLM's automatic prefix caching is its block manager: each block is
+filed in the pool's index under a hash of its tenant and every token from the prompt's start to the
+block's end. A request is a sequence on that cache. It starts from the blocks of its longest cached
+prefix, held by reference from the index (the pool's own memory, never a copy); the rest of its prompt
+goes through the paged forward pass (batching.forward_rows; `answer` decodes on through batching.advance,
+the one paged decode loop, which picks and stops as `generate` does). When it ends, the policy files
+the blocks it computed, and the sequence lets go: filed blocks stay in the index, unheld, until the
+pool's one eviction rule or their TTL takes them; the others go free.
 
-Two modes, as the two big providers cache:
-- "automatic" (OpenAI): every prompt is cut into full blocks of `block_size` tokens by
-  itself, so hits come in steps of a block (128 tokens there). Prompts shorter than
-  `min_tokens` are not cached at all, and a hit shorter than it counts for nothing
-  (OpenAI: from 1,024 tokens, then 1,152, 1,280...).
-- "explicit" (Anthropic): nothing is cached unless the request marks where a cacheable
-  prefix ends (its `cache_control` marker, here a token count, up to 4 per request);
-  each marked prefix ends a block (from the mark before it), cached whole, if the prefix
-  holds at least `min_tokens`.
-
-Each block is stored once and shared by every request that hits it, by reference: the
-request's KVCache starts from the stored tensors themselves (not copied in, as vLLM's
-block tables point at shared blocks; each call gathers them beside the request's own
-tokens) and puts its own tokens in a buffer of its own after them, so a request never
-changes what another one sees (kv_cache.py: copy-on-write).
-The blocks one request writes are cut from one tensor per layer (a run), so a later hit
-on them reads one piece per layer, not one per block; when eviction takes some of a
-run's blocks, the rest are copied into a smaller run, so the bytes counted are the bytes
-held. (A request still reading an evicted run keeps it alive until it ends, as vLLM
-frees a block only when no running request holds it.) Entries expire `ttl_seconds`
-after their last use (checked at each lookup, or by expire()); under `max_bytes` the least
-recently used blocks go first, and the bytes stored never exceed it. A prefix is never left with a hole: only leaves are evicted (blocks that no
-stored block continues), as vLLM frees a request's tail blocks first and SGLang's radix
-tree evicts leaves; and using or writing a block renews its ancestors too, so a parent
-never expires before its children. Tenants never share blocks unless
-`share_across_tenants=True`, which exists to show why providers should not do that
-(notebook 6 and `kvlib.leak`: time to first token leaks other tenants' prompts).
+What the policy decides:
+- Which prefixes a prompt may hit or write (`spans`), in the two big providers' modes.
+  "automatic" (OpenAI): every prompt is cut into full blocks of `block_size` tokens by itself, so
+  hits come in steps of a block (128 tokens there). Prompts shorter than `min_tokens` are not cached
+  at all, and a hit shorter than it counts for nothing (OpenAI: from 1,024 tokens, then 1,152...).
+  "explicit" (Anthropic): nothing is cached unless the request marks where a cacheable prefix ends
+  (its `cache_control` marker, here a token count, up to 4 per request), if the prefix holds at least
+  `min_tokens`. A mark may end inside a block: the full blocks before it are filed as in automatic
+  mode, and the tokens from the last block boundary to the mark are copied into a block of their own
+  (the request's block goes on with tokens of another prefix), filed under the key of the exact
+  prefix to the mark. A request that hits it holds it, and copies it before writing its own next
+  token (copy-on-write of a filed block, paged_cache.py). A hit counts only at one of the request's
+  own marks whose blocks are all filed, however another request cut the prefix; a receipt counts
+  the marked tokens exactly.
+- The budget. `max_bytes` counts blocks of the pool (a block's K and V in every layer, as the pool's
+  tensors hold them): before a block is filed, room is made by the pool's one eviction rule (an unheld
+  leaf, least recently used first, so no live request loses a block and no prefix has a hole), or
+  the filing stops; so the bytes filed never exceed the budget. A running request is not bound by it:
+  the pool grows for what it holds (a server's working memory), and what it computed beyond what is
+  filed goes free when it ends. max_bytes=None files everything.
+- Time. Entries expire `ttl_seconds` after their last use (checked at each lookup, or by expire()).
+  A request lets go of its blocks last block first, so a prefix's first blocks are used most recently
+  and a parent never expires before its children.
+- Tenants never share blocks unless `share_across_tenants=True`, which exists to show why providers
+  should not do that (notebook 6 and `kvlib.leak`: time to first token leaks other tenants' prompts).
 """
 
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
-from .blocks import Event, ManualClock, block_keys, full_spans  # ManualClock: PromptCache(clock=ManualClock())
+from .batching import Decoding, advance, forward_rows
+from .blocks import Event, ManualClock, block_keys, full_spans  # noqa: F401 (PromptCache(clock=ManualClock()))
 from .errors import KVLibError, check_count, is_count, is_number
-from .generate import check_sampling, generate
+from .generate import Generation, Rules, check_sampling
+from .paged_cache import PagedKVCache
 
 MODES = ("automatic", "explicit")
 MAX_BREAKPOINTS = 4  # Anthropic accepts up to 4 cache_control markers per request
@@ -57,7 +61,7 @@ class Receipt:
     input_tokens: int
     cached_tokens: int
     written_tokens: int
-    blocks: list = field(default_factory=list)  # per block: "hit", "written" or "computed"
+    blocks: list = field(default_factory=list)  # per span (a block, or a marked prefix): "hit", "written" or "computed"
     mode: str = None  # the cache mode that wrote it ("automatic" or "explicit"); None for one made by hand
 
 
@@ -65,7 +69,8 @@ class Receipt:
 class Prefill:
     """One prompt through the prompt cache: what the model computed and what the cache did."""
     logits: torch.Tensor  # [vocab] at the last position
-    cache: object         # KVCache of the whole prompt, ready for decoding
+    table: list           # the request's block table as it ran: the pool blocks of its tokens, in order, the first
+                          # ones (its hit) the very blocks the index holds
     receipt: Receipt
     seconds: float        # wall time of the prefill (time to first token's logits)
 
@@ -73,51 +78,19 @@ class Prefill:
 @dataclass
 class Answer:
     text: str
-    ids: list       # the sampled tokens
+    ids: list         # the sampled tokens
     receipt: Receipt
-
-
-@dataclass(eq=False)  # compared and hashed by identity: a run is one allocation, not a value
-class Run:
-    """The K and V of consecutive blocks written together, one tensor per layer."""
-    keys: list    # per layer [n_kv_heads, tokens, head_dim]
-    values: list
-
-    @property
-    def bytes_per_token(self):
-        return sum(t[:, :1].numel() * t.element_size() for t in self.keys + self.values)
+    stop_reason: str  # as generate's: max_new_tokens, end-of-text or a full context
 
 
 @dataclass
-class Block:
-    run: Run
-    start: int    # where its tokens sit in the run
-    end: int
-    depth: int    # 0 for the first block of a prompt
-    last_used: float
-    parent: bytes = None  # the hash of the block before it (None at depth 0)
-
-    @property
-    def keys(self):  # per layer [n_kv_heads, tokens in the block, head_dim]: views of the run
-        return [k[:, self.start:self.end] for k in self.run.keys]
-
-    @property
-    def values(self):
-        return [v[:, self.start:self.end] for v in self.run.values]
-
-    @property
-    def nbytes(self):
-        return (self.end - self.start) * self.run.bytes_per_token
-
-
-def stretches(blocks):  # -> [[run, start, end]]: consecutive blocks of one run joined into one stretch
-    out = []
-    for b in blocks:
-        if out and out[-1][0] is b.run and out[-1][2] == b.start:
-            out[-1][2] = b.end
-        else:
-            out.append([b.run, b.start, b.end])
-    return out
+class Request:  # one request on the cache, from its lookup to its filing
+    ids: list
+    spans: list   # (start, end) of each prefix it may hit or write
+    chains: list  # per span, the pool blocks of its prefix: [(key, start, end)]
+    hits: int     # spans hit
+    seq: int      # its sequence in the cache
+    tenant: str
 
 
 def collection(x):  # -> x's items, or [x] when it is not a collection (so a lone 3.0 is checked as one mark)
@@ -143,32 +116,36 @@ class PromptCache:
         self.mode, self.min_tokens = mode, min_tokens
         self.clock = clock or time.monotonic
         self.share_across_tenants = share_across_tenants
-        self.blocks = {}  # hash -> Block
-        self.events = []  # [Event], oldest first
-        self._loose = set()  # runs that lost blocks since the last _compact()
-        self._lock = threading.Lock()
+        # the one pool: it grows for running requests; the budget bounds what stays filed
+        self.cache = PagedKVCache(model.config.n_layer, 1, block_size, ttl_seconds, self.clock, grow=True)
+        # one request at a time touches the cache (a lookup, a forward call, a filing); re-entrant, so what runs
+        # between two steps of an answer on its own thread may send another request (as a test does)
+        self._lock = threading.RLock()
 
     @property
-    def nbytes(self):  # bytes of K and V held now (call expire() first to drop entries past their TTL)
-        with self._lock:
-            return sum(b.nbytes for b in self.blocks.values())
+    def events(self):  # [Event] of the pool, oldest first: every hit, write, expiry and eviction
+        return self.cache.pool.events
 
-    def stores(self, tensor):
-        """Is `tensor` a view of memory this cache stores (a shared block), rather than a copy of it?"""
+    @property
+    def index(self):  # key -> the pool's Entry (depth, parent block, last use) of every block filed now
+        return {entry.key: entry for entry in self.cache.pool.entries.values()}
+
+    @property
+    def nbytes(self):  # bytes of K and V filed now (call expire() first to drop entries past their TTL)
         with self._lock:
-            held = {t.untyped_storage().data_ptr() for b in self.blocks.values() for t in b.run.keys + b.run.values}
-        return tensor.untyped_storage().data_ptr() in held
+            return len(self.cache.pool.index) * self.cache.bytes_per_block
 
     def expire(self):
         """Drop the entries whose TTL has run out by the clock's time now; returns how many."""
         with self._lock:
-            return self._expire(self.clock())
+            return self.cache.pool.expire()
 
     def spans(self, n, cache_control=None):
-        """(start, end) of each block a prompt of n tokens may hit or write, in order.
+        """(start, end) of each block (automatic) or marked prefix (explicit) a prompt of n tokens may hit or
+        write, in order.
 
         At least the last token is always computed (its logits are the point of the request),
-        so no block reaches it."""
+        so no span reaches it."""
         if self.mode == "automatic":
             if cache_control is not None:
                 raise KVLibError("cache_control marks prefixes in mode='explicit'; "
@@ -188,8 +165,17 @@ class PromptCache:
         return list(zip([0] + ends[:-1], ends))
 
     def block_keys(self, ids, tenant, spans):
-        """The hash of every block's whole prefix and tenant (blocks.block_keys, the pool's keys too)."""
+        """The hash of every span's whole prefix and tenant (blocks.block_keys, the pool's keys too)."""
         return block_keys(ids, tenant, spans, shared=self.share_across_tenants)
+
+    def chains(self, ids, tenant, spans):
+        """Per span, the pool blocks that hold its whole prefix, [(key, start, end)]: its full blocks, then
+        (a mark inside a block) the part up to its end, keyed by the span's own prefix key."""
+        bs = self.block_size
+        full = self.block_keys(ids, tenant, full_spans(spans[-1][1], bs)) if spans else []
+        return [[(key, j * bs, (j + 1) * bs) for j, key in enumerate(full[:end // bs])]
+                + ([(key, end // bs * bs, end)] if end % bs else [])
+                for (_, end), key in zip(spans, self.block_keys(ids, tenant, spans))]
 
     def prefill(self, prompt, tenant="default", cache_control=None):
         """Run a prompt through the model, reading and writing cached blocks; returns a Prefill.
@@ -198,143 +184,95 @@ class PromptCache:
         or a list (like Anthropic's `cache_control` marker after a system prompt)."""
         self.model.synchronize()  # time this prefill only, not work still queued on a GPU
         t0 = time.perf_counter()
-        ids, keys, spans, cache, hits = self._lookup(prompt, tenant, cache_control)
-        logits = self.model.forward(ids[len(cache):], cache=cache, last_only=True)[-1]
-        receipt = self._store(cache, ids, keys, spans, hits, tenant)
+        r = self._start(prompt, tenant, cache_control)
+        with self._running(r), self._lock:
+            logits = forward_rows(self.model, self.cache, [(r.seq, r.ids[self.cache.sequence(r.seq).reused:])])[0]
+            table = list(self.cache.sequence(r.seq).blocks)
+        receipt = self._finish(r)
         self.model.synchronize()  # the logits are ready only when the device says so
-        return Prefill(logits, cache, receipt, time.perf_counter() - t0)
+        return Prefill(logits, table, receipt, time.perf_counter() - t0)
 
     def answer(self, prompt, max_new_tokens=20, temperature=0.0, top_k=None, top_p=None, seed=None,
                tenant="default", cache_control=None):
-        """`generate` (same defaults, same stops) on a cache that starts from the prompt's cached blocks;
-        the prompt's new blocks are written once the answer is done.
+        """`generate`'s answer (same defaults, same stops) decoded on the pool from the prompt's cached blocks;
+        the prompt's new blocks are filed once the answer is done.
 
         The cache holds the prompt's keys and values, never an answer: every call samples anew."""
         check_sampling(max_new_tokens, temperature, top_k, top_p)
-        ids, keys, spans, cache, hits = self._lookup(prompt, tenant, cache_control)
-        gen = generate(self.model, ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                       seed=seed, cache=cache)
-        return Answer(gen.text, gen.ids, self._store(cache, ids, keys, spans, hits, tenant))
+        r = self._start(prompt, tenant, cache_control)
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        d = Decoding(r.seq, Generation(prompt_ids=r.ids), Rules(max_new_tokens, temperature, top_k, top_p, generator))
+        with self._running(r):
+            while not d.gen.stop_reason:
+                with self._lock:  # a step at a time: other requests run between, never taking this one's blocks
+                    advance(self.model, self.cache, [d], keep=True)
+        return Answer(self.model.decode(d.gen.ids), d.gen.ids, self._finish(r), d.gen.stop_reason)
 
-    def _lookup(self, prompt, tenant, cache_control):
-        """The prompt's ids, block keys and spans, and a new KVCache starting from its longest cached prefix."""
+    def _start(self, prompt, tenant, cache_control):
+        """A sequence for the prompt, holding the blocks of its longest cached prefix (explicit mode: the deepest
+        of its marks whose blocks are all filed)."""
         ids = self.model.check_ids(prompt).tolist()
         spans = self.spans(len(ids), cache_control)
-        keys = self.block_keys(ids, tenant, spans)
-        cache = self.model.new_cache()
+        chains = self.chains(ids, tenant, spans)
+        pool = self.cache.pool
         with self._lock:
-            now = self.clock()
-            self._expire(now)
-            # the longest of the prompt's prefixes that is stored (whoever wrote it, cut by whatever marks)
-            hits = next((d + 1 for d in reversed(range(len(keys))) if keys[d] in self.blocks), 0)
+            pool.expire()
+            # a chain's last block filed means its whole chain is: the index never has a hole
+            hits = next((d + 1 for d in reversed(range(len(spans))) if chains[d][-1][0] in pool.index), 0)
             if hits and spans[hits - 1][1] < self.min_tokens:
                 hits = 0  # automatic mode: a hit shorter than the minimum is no hit
-            chain = self._chain(keys[hits - 1]) if hits else []
-            if hits:
-                self._touch(keys[hits - 1], now)
-            for k, b in chain:
-                self.events.append(Event(now, tenant, "hit", b.depth, k))
-            joined = stretches([b for _, b in chain])
-            cache.share([[(run.keys[layer][:, a:e], run.values[layer][:, a:e]) for run, a, e in joined]
-                         for layer in range(len(cache.layers))])  # by reference: nothing is copied
-        return ids, keys, spans, cache, hits
+            chain = [key for key, _, _ in chains[hits - 1]] if hits else []
+            seq = self.cache.add(tenant=tenant, hit=(pool.lookup(chain, tenant), spans[hits - 1][1] if hits else 0))
+        return Request(ids, spans, chains, hits, seq, tenant)
 
-    def _chain(self, key):  # -> [(key, Block)]: the stored blocks of the prefix `key` names, from its start
-        chain = []
-        while key is not None:  # every stored block's parent is stored: only leaves are ever dropped
-            chain.append((key, self.blocks[key]))
-            key = self.blocks[key].parent
-        return chain[::-1]
+    @contextmanager
+    def _running(self, r):  # a request that fails gives its blocks back, filing nothing
+        try:
+            yield
+        except BaseException:
+            with self._lock:
+                self.cache.release(r.seq)
+            raise
 
-    def _store(self, cache, ids, keys, spans, hits, tenant):
-        """Write the request's new blocks, oldest first, within the byte budget; returns its Receipt."""
-        written = {}
-        if hits < len(keys):
-            written = self._write(cache, keys, spans, hits, tenant)
-        return Receipt(len(ids), spans[hits - 1][1] if hits else 0, sum(e - s for s, e in written.values()),
-                       ["hit" if d < hits else "written" if d in written else "computed" for d in range(len(keys))],
+    def _finish(self, r):
+        """File the request's new blocks, its prefixes in order, within the budget; release its sequence;
+        returns its Receipt."""
+        pool, bs = self.cache.pool, self.block_size
+        plan = {}  # key -> (start, end, its parent's key) of each block of the prefixes not hit, parents first
+        for chain in r.chains[r.hits:]:
+            for i, (key, start, end) in enumerate(chain):
+                plan.setdefault(key, (start, end, chain[i - 1][0] if i else None))
+        with self._lock:
+            own = self.cache.sequence(r.seq).blocks
+            placed, filed = {}, set()  # placed: key -> its block in the index; filed: keys this request filed
+            for key, (start, end, parent) in plan.items():
+                if key in pool.index:  # hit, or filed meanwhile by another request (this one's copy goes free)
+                    placed[key] = pool.index[key]
+                    pool.share(placed[key])
+                elif not self._room():
+                    break  # no room: what follows would hang off a block not filed
+                elif end - start == self.block_size:  # a full block is filed as it is
+                    placed[key] = own[start // bs]
+                    pool.share(placed[key])
+                else:  # the part before a mark, copied out of the block that goes on past it
+                    placed[key] = self.cache.copy_of(own[start // bs])
+                if key not in pool.index:
+                    pool.register(placed[key], key, placed.get(parent), r.tenant)
+                    filed.add(key)
+            # each block placed is held once by the filing, so making room never took one; let go, deepest first,
+            # so a parent is fresher than its children
+            self.cache.release(r.seq)
+            for block in reversed(placed.values()):
+                pool.release(block)
+        written = {d for d, chain in enumerate(r.chains) if chain[-1][0] in filed}  # spans whose prefix it filed
+        return Receipt(len(r.ids), r.spans[r.hits - 1][1] if r.hits else 0,
+                       sum(e - s for d, (s, e) in enumerate(r.spans) if d in written),
+                       ["hit" if d < r.hits else "written" if d in written else "computed" for d in range(len(r.spans))],
                        self.mode)
 
-    def _write(self, cache, keys, spans, start, tenant):  # -> {depth: span} of the blocks written
-        written = {}
-        # the new blocks' K and V, cut once from what the request computed itself (after its hit): one run
-        first, end, hit = spans[start][0], spans[-1][1], cache.layers[0].shared_length
-        own = [layer.own() for layer in cache.layers]
-        run = Run([k[:, first - hit:end - hit].clone() for k, _ in own],
-                  [v[:, first - hit:end - hit].clone() for _, v in own])
-        with self._lock:
-            now = self.clock()
-            for d in range(start, len(keys)):  # d: the block's place in this request
-                if keys[d] in self.blocks:  # another request wrote it meanwhile
-                    self._touch(keys[d], now)
-                    continue
-                parent = keys[d - 1] if d else None
-                if parent is not None and parent not in self.blocks:
-                    break  # its parent was evicted: the block could never be reached
-                # its depth in the stored prefix: its parent may be another request's block, cut by other marks
-                depth = self.blocks[parent].depth + 1 if parent is not None else 0
-                a, e = spans[d]
-                block = Block(run, a - first, e - first, depth, now, parent)
-                if not self._make_room(block.nbytes, protect={parent}):  # the parent's ancestors are no leaves
-                    break
-                self.blocks[keys[d]] = block
-                self._touch(keys[d], now)  # its ancestors are as fresh as it is
-                self.events.append(Event(now, tenant, "write", depth, keys[d]))
-                written[d] = spans[d]
-            if len(written) < len(keys) - start:
-                self._loose.add(run)  # keep only what was written
-            self._compact()
-        return written
-
-    def _make_room(self, nbytes, protect):
-        if self.max_bytes is None:
-            return True
-        if nbytes > self.max_bytes:
-            return False
-        used = sum(b.nbytes for b in self.blocks.values())
-        while used + nbytes > self.max_bytes:
-            # only leaves may go, so every stored block stays reachable from its prompt's start;
-            # among them the least recently used, then the deepest
-            parents = {b.parent for b in self.blocks.values()}
-            leaves = [k for k in self.blocks if k not in parents and k not in protect]
-            if not leaves:
+    def _room(self):  # -> whether one more block may be filed, after evicting (the pool's rule) down to the budget
+        pool = self.cache.pool
+        while self.max_bytes is not None and (len(pool.index) + 1) * self.cache.bytes_per_block > self.max_bytes:
+            if not pool.evict():
                 return False
-            k = min(leaves, key=lambda k: (self.blocks[k].last_used, -self.blocks[k].depth))
-            used -= self.blocks[k].nbytes
-            self._drop(k, "evict", self.clock())
         return True
-
-    def _touch(self, key, now):
-        """Mark a block and all its ancestors used now: a parent is never older than its children."""
-        while key is not None:
-            block = self.blocks[key]
-            block.last_used = now
-            key = block.parent
-
-    def _expire(self, now):
-        old = [k for k, b in self.blocks.items() if now - b.last_used > self.ttl]
-        for k in old:
-            self._drop(k, "expire", now)
-        self._compact()
-        return len(old)
-
-    def _drop(self, key, why, now):
-        block = self.blocks.pop(key)
-        self.events.append(Event(now, None, why, block.depth, key))
-        self._loose.add(block.run)
-
-    def _compact(self):
-        """Copy the blocks left in each run that lost some into a run of their own size,
-        so dropped blocks free their bytes (once per call, however many blocks went)."""
-        runs = {}
-        for b in self.blocks.values():
-            if b.run in self._loose:
-                runs.setdefault(b.run, []).append(b)
-        self._loose.clear()
-        for kept in runs.values():
-            kept.sort(key=lambda b: b.start)
-            new = Run([torch.cat(k, 1) for k in zip(*(b.keys for b in kept))],
-                      [torch.cat(v, 1) for v in zip(*(b.values for b in kept))])
-            at = 0
-            for b in kept:
-                b.run, b.start, b.end, at = new, at, at + b.end - b.start, at + b.end - b.start

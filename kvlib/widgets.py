@@ -345,7 +345,7 @@ class StreamRequest(NamedTuple):  # one request of a PromptCacheStream (serving.
 class Sent(NamedTuple):  # what sending one request did
     label: str
     tenant: str
-    prefill: object   # the PromptCache's Prefill: logits, cache, receipt, seconds
+    prefill: object   # the PromptCache's Prefill: logits, block table, receipt, seconds
     gone: list        # the Events of blocks expired or evicted on its way in
 
 
@@ -427,7 +427,7 @@ class PromptCacheStream(App):
             return
         self.pc.clock.now += self.pc.ttl + 60  # a minute past the TTL, as the button says
         n = self.pc.expire()
-        self.status.value = f"Clock moved past the TTL: {n} blocks expired; the cache holds {len(self.pc.blocks)} now."
+        self.status.value = f"Clock moved past the TTL: {n} blocks expired; the cache holds {len(self.pc.index)} now."
         self.view.refresh()
 
 

@@ -38,6 +38,7 @@ def check_pool(pool, held):
 
 def start(pool, prompt, tenant="default"):  # a sequence of blocks of 1 token: its cached prefix, then its own
     keys = block_keys(prompt, tenant, full_spans(len(prompt), 1))
+    pool.expire()  # what is past its TTL goes first, so it is not found
     blocks = pool.lookup(keys, tenant)
     filing = True
     for key in keys[len(blocks):]:
@@ -235,7 +236,7 @@ def test_clear_errors():
     with pytest.raises(KVLibError, match="a tenant is named by a string"):
         block_keys([1, 2], None, [(0, 2)])
     cache = PagedKVCache(1, n_blocks=2, block_size=4)
-    with pytest.raises(KVLibError, match="prompt_ids .* or prefix_of .*, not both"):
+    with pytest.raises(KVLibError, match="one of prompt_ids .*, prefix_of .* or hit .*, not several"):
         cache.add([1, 2], prefix_of=cache.add())
     for not_ids in ("To be", [1, 2.0]):
         with pytest.raises(KVLibError, match="prompt's token ids .*model.encode"):

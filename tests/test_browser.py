@@ -578,7 +578,7 @@ def test_06_prompt_caching(browser, lab, model):
             (a, e), text = spans[j], tip(page, chips.nth(j))
             assert "'" + model.decode(ids[a:e]).replace("\n", "↵") + "'" in text, (label, j, text)  # newlines shown
             assert keys[j][:8].hex(" ") in text and f"tokens {a}–{e - 1}" in text, (label, j, text)
-    held = {key[:8].hex() for key in mirror.pc.blocks}
+    held = {key[:8].hex() for key in mirror.pc.index}
     assert len(held) == int(re.search(r"cache holds (\d+) blocks", view.inner_text()).group(1)) > 0
     assert set(rows.locator(".kv-block:has(.kv-ttl)").evaluate_all("cs => cs.map(c => c.dataset.hash)")) == held
     stream.locator(forward).click()
@@ -618,7 +618,7 @@ def check_budget_stream(page, errors, app, mirror):
         assert [int(field[f].replace(",", "")) for f in ("input", "cached", "written")] == \
             [r.input_tokens, r.cached_tokens, r.written_tokens], label
         assert rows.nth(k).locator(".kv-block").evaluate_all("cs => cs.map(c => c.dataset.state)") == r.blocks, label
-    held = {key[:8].hex() for key in mirror.pc.blocks}
+    held = {key[:8].hex() for key in mirror.pc.index}
     evicted = {e.key[:8].hex(): e for e in mirror.pc.events if e.kind == "evict"}
     # each row as it was left: a block evicted is struck in the row that last used it, even if written again since
     for k, q in enumerate(mirror.view.requests):

@@ -10,9 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvlib
+from kvlib.paged_cache import blocks_for
 
 from bounds import assert_logits_close
 from conftest import hf_greedy
+from test_blocks import Watched, check_pool
 
 
 class Clock:
@@ -27,20 +29,23 @@ def ids(n, seed):
     return torch.randint(0, 4096, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def stored_blocks(pc):  # a copy of every stored block's K and V, by key
-    return {key: [t.clone() for t in b.keys + b.values] for key, b in pc.blocks.items()}
+def pool_tensors(pc):  # the one pool's tensors: every layer's K, then every layer's V, [nkv, slots, hs]
+    return [layer.k for layer in pc.cache.layers] + [layer.v for layer in pc.cache.layers]
 
 
-def assert_blocks_unchanged(pc, before):  # every block copied in `before` is still stored, bit for bit as it was
+def stored_blocks(pc):  # a copy of every filed block's K and V, by key, cut from the pool's tensors
+    bs = pc.block_size
+    return {key: [t[:, b * bs:(b + 1) * bs].clone() for t in pool_tensors(pc)] for key, b in pc.cache.pool.index.items()}
+
+
+def assert_blocks_unchanged(pc, before):  # every block copied in `before` is still filed, bit for bit as it was
+    now = stored_blocks(pc)
     for key, tensors in before.items():
-        assert key in pc.blocks
-        assert all(torch.equal(a, b) for a, b in zip(pc.blocks[key].keys + pc.blocks[key].values, tensors))
+        assert key in now and all(torch.equal(a, b) for a, b in zip(now[key], tensors))
 
 
-def held_bytes(pc):
-    """Bytes of the storages the stored blocks keep alive, each counted once, however many blocks view it."""
-    runs = {id(b.run): b.run for b in pc.blocks.values()}
-    return sum(t.untyped_storage().nbytes() for run in runs.values() for t in run.keys + run.values)
+def filed_bytes(pc):  # what the index holds, block by block, at the formula's bytes per token
+    return len(pc.cache.pool.index) * pc.block_size * memory_bytes(pc.model)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -52,10 +57,10 @@ def test_a_hit_gives_the_logits_of_an_uncached_pass(tiny, prefix, first, second,
     prompt = shared + ids(second, seed + 2)
     res = pc.prefill(prompt)
     assert_logits_close(res.logits, tiny.forward(prompt)[-1], tiny)
-    assert len(res.cache) == len(prompt)
-    # the returned cache decodes on exactly like a fresh one
-    nxt = int(res.logits.argmax())
-    assert_logits_close(tiny.forward([nxt], cache=res.cache)[-1], tiny.forward(prompt + [nxt])[-1], tiny)
+    hit = res.receipt.cached_tokens // 8  # its first blocks are the index's own, then blocks of its own for the rest
+    assert len(res.table) == blocks_for(len(prompt), 8) and len(set(res.table)) == len(res.table)
+    assert res.table[:hit] == [pc.cache.pool.index[k] for k in pc.block_keys(prompt, "default", pc.spans(len(prompt)))[:hit]]
+    assert_no_holes(pc)
 
 
 def test_receipts_count_exactly(tiny):
@@ -86,6 +91,7 @@ def test_ttl_expires_entries_after_their_last_use(tiny):
     held = pc.nbytes
     assert held == 32 * memory_bytes(tiny) and pc.nbytes == held  # reading the bytes expires nothing
     assert pc.expire() == 4 and pc.nbytes == 0  # expiring is asked for: 4 blocks of 8 past their TTL
+    assert pc.cache.pool.cached == 0 and pc.cache.pool.in_use == 0  # their blocks are free again
     assert pc.prefill(prompt).receipt.cached_tokens == 0
     assert any(e.kind == "expire" for e in pc.events)
 
@@ -122,8 +128,7 @@ def test_the_byte_budget_holds_over_thousands_of_requests(tiny):
         prompt = rng.choice(prefixes)[: rng.randint(1, 40)] + [rng.randrange(4096) for _ in range(rng.randint(0, 3))]
         r = pc.prefill(prompt or [1], tenant=rng.choice("ab")).receipt
         assert r.cached_tokens % 4 == 0 and r.cached_tokens < r.input_tokens
-        held = pc.nbytes  # first: reading nbytes drops what has expired
-        assert held_bytes(pc) == held <= budget  # evicted blocks free their bytes, even inside a run
+        assert filed_bytes(pc) == pc.nbytes <= budget  # the bytes counted are the blocks filed, within the budget
     assert any(e.kind == "evict" for e in pc.events)
     stored = set()  # every event names its block: a drop takes a block that a write stored and nobody dropped
     for e in pc.events:
@@ -134,7 +139,8 @@ def test_the_byte_budget_holds_over_thousands_of_requests(tiny):
             stored.remove(e.key)
         else:
             assert e.key in stored, "a hit on a block not stored"
-    assert stored == set(pc.blocks)
+    assert stored == set(pc.index)
+    assert_no_holes(pc)
 
 
 def test_tenants_never_hit_each_others_prefixes(tiny):
@@ -188,7 +194,7 @@ def test_concurrent_requests_all_get_correct_results(tiny):
     assert sorted(results) == list(range(len(prompts)))  # every request answered
     for i, res in results.items():
         assert_logits_close(res.logits, expected[i], tiny)
-        assert len(res.cache) == len(prompts[i])
+        assert len(res.table) == blocks_for(len(prompts[i]), 8)
     kinds = [e.kind for e in pc.events]
     assert "evict" in kinds and "hit" in kinds  # the budget was reached while requests hit
     assert_no_holes(pc)
@@ -206,10 +212,12 @@ class Tick:
 
 
 def assert_no_holes(pc):
-    for key, block in pc.blocks.items():
-        assert (block.parent is None) == (block.depth == 0)
-        assert block.parent is None or block.parent in pc.blocks, f"block at depth {block.depth} lost its parent"
-        assert block.parent is None or pc.blocks[block.parent].last_used >= block.last_used
+    """The pool's counts hold for the requests running now; every filed block's prefix is filed (check_pool);
+    a parent was used no earlier than its children, so its TTL never runs out first."""
+    pool = pc.cache.pool
+    check_pool(pool, {s: q.blocks for s, q in pc.cache.sequences.items()})
+    for entry in pool.entries.values():
+        assert entry.parent is None or pool.entries[entry.parent].last_used >= entry.last_used
 
 
 def test_eviction_never_leaves_a_hole_under_a_ticking_clock(tiny):
@@ -222,7 +230,7 @@ def test_eviction_never_leaves_a_hole_under_a_ticking_clock(tiny):
     assert pc.prefill(ids(13, 3)).receipt.written_tokens == 12  # an unrelated 3-block prompt: 3 blocks must go
     assert sum(e.kind == "evict" for e in pc.events) == 3
     assert_no_holes(pc)
-    assert sorted(b.depth for b in pc.blocks.values()) == [0, 0, 1, 1, 2]  # five's blocks 4, 3, 2 went, leaves first
+    assert sorted(e.depth for e in pc.index.values()) == [0, 0, 1, 1, 2]  # five's blocks 4, 3, 2 went, leaves first
     res = pc.prefill(five)
     assert res.receipt.cached_tokens == 8  # the surviving prefix is hit
     assert_logits_close(res.logits, tiny.forward(five)[-1], tiny)
@@ -234,11 +242,11 @@ def test_a_hit_renews_its_ancestors_so_expiry_leaves_no_hole(tiny):
     shared = ids(12, 1)
     pc.prefill(shared + [7])
     pc.prefill(shared + ids(9, 2))  # children written a few ticks after their parents were hit
-    children = [b.last_used for b in pc.blocks.values() if b.depth >= 3]
-    clock.now = min(children) + 99  # past the parents' old stamp, within the children's TTL
+    children = [e.last_used for e in pc.index.values() if e.depth >= 3]
+    clock.now = min(children) + 99  # within the children's TTL
     pc.expire()
     assert_no_holes(pc)
-    assert len(pc.blocks) == 5
+    assert len(pc.index) == 5
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -255,19 +263,18 @@ def test_no_request_stream_leaves_a_hole(tiny, stream, budget_blocks, ttl):
         clock.now += wait
         prompt = prefixes[which][:n] + [which + 1]
         res = pc.prefill(prompt, tenant=tenant)
-        assert res.receipt.cached_tokens % 4 == 0 and len(res.cache) == len(prompt)
+        assert res.receipt.cached_tokens % 4 == 0 and len(res.table) == blocks_for(len(prompt), 4)
         assert_no_holes(pc)
-        assert pc.nbytes <= budget
-        assert_no_holes(pc)  # nbytes expired what had run out
-        held = pc.nbytes
-        assert held_bytes(pc) == held
+        assert filed_bytes(pc) == pc.nbytes <= budget
 
 
 def test_a_request_never_changes_what_another_sees(tiny):
     pc = kvlib.PromptCache(tiny, block_size=8)
     prompt = ids(33, 3)
-    first = pc.prefill(prompt)
-    tiny.forward([5, 6, 7], cache=first.cache)  # decoding on from one result must not touch the stored blocks
+    pc.prefill(prompt)
+    stored = stored_blocks(pc)
+    pc.answer(prompt, max_new_tokens=10)  # decoding on from a hit writes into blocks of its own only
+    assert_blocks_unchanged(pc, stored)
     second = pc.prefill(prompt)
     assert second.receipt.cached_tokens == 32
     assert_logits_close(second.logits, tiny.forward(prompt)[-1], tiny)
@@ -292,7 +299,7 @@ def test_bad_input(tiny):
         assert explicit.spans(9, counts) == [(0, 3)]
     assert kvlib.PromptCache(tiny, max_bytes=np.int64(10**6), ttl_seconds=np.float64(60)).max_bytes == 10**6
     assert explicit.prefill("To be, or not to be, that is the question", cache_control=[3]).receipt.written_tokens == 3
-    assert pc.blocks == {}  # the refused request stored nothing
+    assert pc.index == {}  # the refused request stored nothing
 
 
 def test_pricing_follows_the_receipt():
@@ -365,7 +372,7 @@ def test_explicit_mode_finds_a_marked_prefix_however_each_request_cut_it(tiny):
         r = res.receipt
         assert (r.cached_tokens, r.written_tokens, r.blocks) == (77, 0, ["hit"] * len(second)), (first, second)
         assert_logits_close(res.logits, tiny.forward(prefix + question)[-1], tiny)
-        assert [e.kind for e in pc.events[-len(first):]] == ["hit"] * len(first)  # each stored block read once
+        assert [e.kind for e in pc.events[-5:]] == ["hit"] * 5  # each block of the 77 tokens read once (4 full, a part)
     pc = kvlib.PromptCache(tiny, mode="explicit")
     pc.prefill(prefix + ids(5, 3), cache_control=[10, 77])
     r = pc.prefill(prefix + question + ids(4, 4), cache_control=[50, 86]).receipt  # 50 was never a block end
@@ -373,23 +380,24 @@ def test_explicit_mode_finds_a_marked_prefix_however_each_request_cut_it(tiny):
 
 
 def test_a_block_written_after_another_requests_blocks_sits_below_them(tiny):
-    """Its depth follows its parent, whoever wrote that; room is made by evicting any leaf but its parent."""
+    """Its depth follows its parent, whoever wrote that; room is made by evicting any unheld leaf, never a block
+    of its own prefix (the filing holds them)."""
     from kvlib.prompt_cache import ManualClock
     prefix = ids(95, 1)
     pc = kvlib.PromptCache(tiny, mode="explicit")
-    pc.prefill(prefix[:80], cache_control=[10, 77])            # blocks 0-10 (depth 0) and 10-77 (depth 1)
-    r = pc.prefill(prefix, cache_control=[77, 90]).receipt     # hits 0-77, writes 77-90 below 10-77
-    assert r.blocks == ["hit", "written"] and pc.events[-1].kind == "write" and pc.events[-1].depth == 2
-    assert sorted(b.depth for b in pc.blocks.values()) == [0, 1, 2]
-    per_token = memory_bytes(tiny)
-    pc = kvlib.PromptCache(tiny, mode="explicit", clock=ManualClock(), max_bytes=95 * per_token)
+    pc.prefill(prefix[:80], cache_control=[10, 77])            # 0-10 (a part, depth 0); 4 full blocks, then 64-77
+    r = pc.prefill(prefix, cache_control=[77, 90]).receipt     # hits 0-77, writes 64-80 and 80-90 below them
+    assert r.blocks == ["hit", "written"] and pc.events[-1].kind == "write" and pc.events[-1].depth == 5
+    assert sorted(e.depth for e in pc.index.values()) == [0, 0, 1, 2, 3, 4, 4, 5]
+    pc = kvlib.PromptCache(tiny, mode="explicit", clock=ManualClock(), max_bytes=7 * 16 * memory_bytes(tiny))
     pc.prefill(prefix[:20], cache_control=10)                   # a leaf of 10 tokens, no part of what follows
     pc.clock.now += 1
-    pc.prefill(prefix[:80], cache_control=77)                   # 77 more: the budget is full but for 8 tokens
+    pc.prefill(prefix[:80], cache_control=77)                   # 5 blocks more: the budget is full but for 1
     pc.clock.now += 1
-    r = pc.prefill(prefix, cache_control=[10, 77, 90]).receipt  # hits 77 through the second request's block
+    r = pc.prefill(prefix, cache_control=[10, 77, 90]).receipt  # hits 77 through the second request's blocks
     assert r.blocks == ["hit", "hit", "written"] and r.written_tokens == 13  # the 10-token leaf made room
-    assert [e.kind for e in pc.events[-2:]] == ["evict", "write"] and pc.nbytes <= 95 * per_token
+    assert [e.kind for e in pc.events[-3:]] == ["write", "evict", "write"] and pc.nbytes == 7 * 16 * memory_bytes(tiny)
+    assert_no_holes(pc)
 
 
 def test_explicit_mode_caches_exactly_the_marked_prefix(tiny):
@@ -426,6 +434,20 @@ def test_a_cached_prompt_is_not_a_cached_answer(tiny, hf_tiny):
     greedy = pc.answer(prompt, max_new_tokens=8)  # a cached prefix, then greedy: what transformers picks afresh
     assert greedy.ids == hf_greedy(hf_tiny[0], prompt, 8)
     assert pc.answer(prompt, 5, temperature=1.0, seed=1).ids == answers[1].ids[:5]  # the same seed, the same answer
+
+
+def test_an_answer_is_generates_and_stops_where_it_stops(tiny):
+    """PromptCache.answer decodes on the pool through batching.advance and generate.pick: the tokens and the stop
+    of generate, cold or from a hit, greedy or seeded, at max_new_tokens, at end-of-text or at a full context."""
+    pc = kvlib.PromptCache(tiny, block_size=8)
+    long = ids(tiny.config.n_ctx - 5, 1)  # the context fills after 5 tokens
+    eos = tiny.encode("The end.") + [tiny.eos_token_id] + tiny.encode("Once upon a time")
+    for prompt, kwargs in ((ids(30, 2), {}), (ids(30, 2), {}), (ids(30, 2), {"temperature": 1.0, "seed": 3}),
+                           (long, {}), (long, {"max_new_tokens": 40}), (eos, {"max_new_tokens": 200})):
+        got = pc.answer(prompt, **kwargs)
+        want = kvlib.generate(tiny, prompt, **kwargs)
+        assert (got.ids, got.text, got.stop_reason) == (want.ids, want.text, want.stop_reason)
+    assert {"context full" in pc.answer(long, 40).stop_reason, pc.answer(ids(30, 2)).receipt.cached_tokens} == {True, 24}
 
 
 def test_each_mode_is_priced_by_its_own_provider_only(tiny):
@@ -495,7 +517,7 @@ def test_a_refused_request_in_the_stream_leaves_the_clock_where_it_was(tiny):
     for _ in range(40):  # clicked again and again: 40 refusals would once have moved the clock past the TTL
         app.send()
     assert "⚠" in app.status.value and "must fall inside" in app.status.value
-    assert pc.clock() == 0 and len(app.results) == 1 and len(pc.blocks) == 1  # the one marked prefix
+    assert pc.clock() == 0 and len(app.results) == 1 and len(pc.index) == 2  # the marked prefix: 2 blocks of 16
 
 
 def memory_bytes(model):
@@ -503,144 +525,137 @@ def memory_bytes(model):
     return memory.model_kv_bytes_per_token(model.config)
 
 
-def test_writing_into_a_requests_cache_never_changes_the_stored_blocks(tiny):
-    pc = kvlib.PromptCache(tiny, block_size=8)
-    prompt = ids(33, 3)
-    writer = pc.prefill(prompt)  # the request whose cache the blocks were taken from
+def test_a_marked_prefix_ending_inside_a_block_is_copied_before_anyone_writes_past_it(tiny):
+    """Explicit mode, blocks of 16, a mark at 20: the 4 tokens after the full block are filed in a block of their
+    own (the writer's block went on with its question). A hit holds that block; its first token of its own goes
+    into a copy (copy-on-write of a filed block), so the filed K and V never change, whoever decodes on."""
+    pc = kvlib.PromptCache(tiny, mode="explicit")
+    prefix = ids(20, 3)
+    writer = pc.prefill(prefix + ids(9, 4), cache_control=20)
+    pool = pc.cache.pool
+    assert writer.receipt.written_tokens == 20 and len(pool.index) == 2
+    full, part = (pool.index[k] for k, _, _ in pc.chains(prefix + [0], "default", [(0, 20)])[0])
+    assert writer.table[0] == full and part not in writer.table  # the part is a copy, the full block the writer's own
     stored = stored_blocks(pc)
-    assert len(stored) == 4
-    reader = pc.prefill(prompt[:20] + ids(6, 4))  # a hit on 2 blocks, extended by a new third one
-    assert reader.receipt.blocks[:2] == ["hit", "hit"]
-    stored = stored_blocks(pc) | stored  # the new block's copy added; the first four as they were before the hit
-    for res in (writer, reader):
-        for layer in res.cache.layers:  # writing into the request's cache in place (before decoding regrows it)
-            layer.keys.mul_(-1)
-            layer.values.zero_()
-        tiny.forward([5, 6, 7], cache=res.cache)  # and decoding on, which appends to it
+    reader = pc.prefill(prefix + ids(6, 5), cache_control=20)
+    assert reader.receipt.blocks == ["hit"] and reader.receipt.cached_tokens == 20
+    assert reader.table[0] == full and part not in reader.table  # read in place; written into a copy
+    assert_logits_close(reader.logits, tiny.forward(prefix + ids(6, 5))[-1], tiny)
+    answer = pc.answer(prefix + ids(6, 6), max_new_tokens=8, cache_control=20)  # and decoding on
+    assert answer.receipt.cached_tokens == 20
+    assert answer.ids == kvlib.generate(tiny, prefix + ids(6, 6), max_new_tokens=8).ids
     assert_blocks_unchanged(pc, stored)
-    res = pc.prefill(prompt)
-    assert res.receipt.cached_tokens == 32
-    assert_logits_close(res.logits, tiny.forward(prompt)[-1], tiny)
+    assert pc.index.keys() == stored.keys()  # nor was a block added or dropped
+    assert_no_holes(pc)
 
 
-def storage(t):
-    return t.untyped_storage().data_ptr()
-
-
-def test_a_hit_shares_the_stored_blocks_by_reference(tiny):
-    """No copy: the request's cache reads the stored tensors themselves, one piece per run of blocks."""
+def test_a_hit_reads_the_stored_blocks_in_place(tiny):
+    """No copy: a hit's block table names the blocks the index holds, in the one pool, whoever wrote them; two
+    requests running at once hold each of them twice; and what they hold is what an uncached pass computes."""
     pc = kvlib.PromptCache(tiny, block_size=8)
     prompt = ids(33, 3)
-    pc.prefill(prompt[:17])           # writes blocks 0-1: one run
-    pc.prefill(prompt)                # hits them, writes blocks 2-3: a second run
+    first = pc.prefill(prompt[:17])   # writes blocks 0-1
+    second = pc.prefill(prompt)       # hits them, writes blocks 2-3
     stored = stored_blocks(pc)
     res = pc.prefill(prompt + ids(5, 9))
-    assert res.receipt.blocks == ["hit"] * 4
-    by_depth = {b.depth: b for b in pc.blocks.values()}
-    for layer, cached in enumerate(res.cache.layers):
-        ks, vs = zip(*cached.pieces())
-        assert [k.shape[1] for k in ks] == [16, 16, 6]  # run 1, run 2, then the request's own tokens
-        for piece, depth in ((0, 0), (1, 2)):
-            assert ks[piece].data_ptr() == by_depth[depth].keys[layer].data_ptr()
-            assert vs[piece].data_ptr() == by_depth[depth].values[layer].data_ptr()
-    assert res.cache.layers[0].shared_length == 32 and len(res.cache) == 38
+    keys = pc.block_keys(prompt, "default", pc.spans(33))
+    filed = [pc.cache.pool.index[k] for k in keys]
+    assert res.receipt.blocks == ["hit"] * 4 and res.table[:4] == filed
+    assert filed[:2] == first.table[:2] and filed[2:] == second.table[2:4]
     assert_logits_close(res.logits, tiny.forward(prompt + ids(5, 9))[-1], tiny)
-    tiny.forward([1, 2, 3], cache=res.cache)  # extending the request appends to its own buffer only
-    copy = res.cache.copy()
-    tiny.forward([4, 5], cache=copy)
-    assert storage(copy.layers[3].pieces()[0][0]) == storage(ks[0])  # a copy shares the stored blocks too
-    assert len(res.cache) == 41 and len(copy) == 43
+    a, b = (pc.cache.add(prompt + ids(2, s)) for s in (10, 11))  # two requests at once, on the pool itself
+    assert [pc.cache.pool.refs[block] for block in filed] == [2] * 4
+    assert pc.cache.sequence(a).blocks == pc.cache.sequence(b).blocks == filed
+    pc.cache.release(a)
+    pc.cache.release(b)
+    plain = tiny.new_cache()
+    tiny.forward(prompt, cache=plain)
+    slots = pc.cache.token_slots(pc.cache.add(prompt))[:32]  # the filed blocks' slots, through a table
+    for layer, (mine, theirs) in enumerate(zip(pc.cache.layers, plain.layers)):
+        assert torch.allclose(mine.k[:, slots], theirs.keys[:, :32], atol=1e-5)
+        assert torch.allclose(mine.v[:, slots], theirs.values[:, :32], atol=1e-5)
     assert_blocks_unchanged(pc, stored)
 
 
-def test_copy_on_write_never_reaches_the_stored_blocks(tiny):
-    """Reading, writing into what was read, copying, decoding on a copy, unsharing: the stored blocks
-    stay as they were each time, and the request keeps decoding as an uncached run does."""
-    pc = kvlib.PromptCache(tiny, block_size=8)
-    prompt = ids(20, 5)
-    pc.prefill(prompt)
-    res = pc.prefill(prompt)
-    before, layer = stored_blocks(pc), res.cache.layers[0]
-    values = layer.values  # read first: one tensor gathered from the shared block and the own tokens
-    assert layer.shared_length == 16 and not pc.stores(values) and pc.stores(layer.pieces()[0][1])
-    values.zero_()
-    layer.keys.mul_(-1)  # writing into what reading handed out changes neither the blocks nor the request
-    assert_blocks_unchanged(pc, before)
-    in_order = sorted(pc.blocks.values(), key=lambda b: b.depth)
-    assert torch.equal(layer.keys[:, :16], torch.cat([b.keys[0] for b in in_order], 1))
-    assert torch.equal(layer.values[:, :16], torch.cat([b.values[0] for b in in_order], 1))
-    copy = res.cache.copy()
-    for copied in copy.layers:
-        copied.values.zero_()
-    tiny.forward([3], cache=copy)  # decoding on from a copy appends to the copy's own buffer
-    assert_blocks_unchanged(pc, before)
-    assert_logits_close(tiny.forward([3], cache=res.cache)[-1], tiny.forward(prompt + [3])[-1], tiny)
-    with pytest.raises(kvlib.KVLibError, match="starts an empty cache"):
-        res.cache.layers[1].share(res.cache.layers[1].pieces())
-    layer.unshare()  # asked for: the request's own copy, which writes then reach
-    layer.keys.zero_()
-    assert layer.shared_length == 0 and layer.keys.abs().sum() == 0
-    assert_blocks_unchanged(pc, before)
-    assert pc.blocks.keys() == before.keys()  # nor was a block added or dropped
-
-
-def test_a_live_request_outlives_eviction_compaction_and_expiry_of_its_blocks(tiny):
-    """Mid-decode, under a clock that ticks on every read, other requests evict and compact the run a
-    request reads and the TTL expires what is left; the request decodes on, equal to an uncached run."""
+def test_a_request_runs_on_a_pool_that_grows_and_files_only_what_it_may(tiny):
+    """A bounded cache's pool grows for a request longer than its budget; what stays filed is the budget's worth,
+    its first blocks; the rest went free, and the next request reuses those free blocks."""
     per_block = 8 * memory_bytes(tiny)
-    ticking = kvlib.prompt_cache.ManualClock()
-    clock = lambda: ticking.advance(40)  # noqa: E731 -- every call moves time on
-    pc = kvlib.PromptCache(tiny, block_size=8, max_bytes=5 * per_block, ttl_seconds=300, clock=clock)
-    prompt = ids(33, 1)
-    pc.prefill(prompt)  # 4 blocks, one run
-    res = pc.prefill(prompt)
-    assert res.receipt.cached_tokens == 32
-    seq, logits = list(prompt), res.logits
-    for step in range(6):
-        token = int(logits.argmax())
-        seq.append(token)
-        if step == 1:
-            pc.prefill(ids(17, 2))  # 2 blocks more than the budget leaves room for: leaves of the run go
-            assert len(pc.blocks) < 6 and any(e.kind == "evict" for e in pc.events)
-        if step == 3:
-            ticking.advance(1000)
-            assert pc.expire() > 0 and not pc.blocks  # everything stored is gone now
-        logits = tiny.forward([token], cache=res.cache)[-1]
-        assert_logits_close(logits, tiny.forward(seq)[-1], tiny)
-    assert res.cache.layers[0].shared_length == 32  # still reading the memory nobody else holds now
+    pc = kvlib.PromptCache(tiny, block_size=8, max_bytes=3 * per_block)
+    prompt = ids(60, 2)
+    r = pc.prefill(prompt).receipt
+    pool = pc.cache.pool
+    assert pool.n_blocks >= 8 and r.blocks == ["written"] * 3 + ["computed"] * 4  # 60 tokens held, 24 filed
+    assert pc.nbytes == 3 * per_block and pool.cached == 3 and pool.in_use == 0
+    grown = pool.n_blocks
+    assert pc.prefill(prompt).receipt.cached_tokens == 24 and pool.n_blocks == grown  # free blocks reused
+    forever = kvlib.PromptCache(tiny, block_size=8)  # no budget: everything is filed
+    assert forever.prefill(prompt).receipt.written_tokens == 56 and forever.nbytes == 7 * per_block
 
 
-def test_evicting_part_of_a_run_frees_its_bytes_and_keeps_the_rest(tiny):
+def test_eviction_under_a_byte_budget_while_a_request_runs(tiny, monkeypatch):
+    """Between every two decode steps of an answer, on a ManualClock that moves 10 s a step, another request
+    comes and the budget makes it evict; once the clock jumps past the TTL and everything unheld expires. The
+    pool checks each drop as it happens (test_blocks.Watched: an unheld leaf, least recently used first); after
+    every step no live request has lost a block and no filed block has lost its parent; the answer is
+    generate's, and stops as generate stops."""
+    from kvlib import prompt_cache
+    clock = kvlib.prompt_cache.ManualClock()
+    per_block = 4 * memory_bytes(tiny)
+    pc = kvlib.PromptCache(tiny, block_size=4, max_bytes=6 * per_block, ttl_seconds=30, clock=clock)
+    pc.cache.pool = Watched(1, ttl_seconds=30, clock=clock)  # the same pool, checking each drop
+    prompt = ids(21, 1)
+    pc.prefill(prompt)  # 5 blocks filed: the answer below starts from them
+    steps, real = [], prompt_cache.advance
+
+    def step(model, cache, batch, keep):  # one decode step of the answer, then another request
+        real(model, cache, batch, keep)
+        clock.advance(10 if len(steps) != 4 else 100)  # the fifth jumps past the TTL: all unheld expire
+        steps.append(pc.prefill(ids(13, 10 + len(steps))).receipt)
+        assert_no_holes(pc)
+        assert pc.nbytes <= 6 * per_block
+
+    monkeypatch.setattr(prompt_cache, "advance", step)
+    got = pc.answer(prompt, max_new_tokens=8)
+    monkeypatch.undo()
+    want = kvlib.generate(tiny, prompt, max_new_tokens=8)
+    assert (got.ids, got.stop_reason) == (want.ids, want.stop_reason) and got.receipt.cached_tokens == 20
+    kinds = [e.kind for e in pc.events]
+    assert "evict" in kinds and "expire" in kinds and len(steps) == 8
+    assert_no_holes(pc)
+
+
+def test_evicting_a_prefixs_last_blocks_frees_them_and_keeps_the_rest(tiny):
     per_block = 4 * memory_bytes(tiny)
     clock = Clock()
     pc = kvlib.PromptCache(tiny, block_size=4, max_bytes=6 * per_block, clock=clock)
     first = ids(21, 1)
-    pc.prefill(first)  # 5 blocks, one run
+    pc.prefill(first)  # 5 blocks
     kept = stored_blocks(pc)
     clock.now = 1
-    pc.prefill(ids(13, 2))  # 3 blocks: two of the first run's leaves must go
-    assert sorted(b.depth for b in pc.blocks.values()) == [0, 0, 1, 1, 2, 2]
-    held = pc.nbytes
-    assert held_bytes(pc) == held == 6 * per_block
-    survivors = [key for key in kept if key in pc.blocks]
-    assert len(survivors) == 3 and len({id(pc.blocks[key].run) for key in survivors}) == 1
-    # the first run, copied down to its 3 blocks, holds what it held
-    assert all(pc.blocks[key].run.keys[0].shape[1] == 12 for key in survivors)
-    assert_blocks_unchanged(pc, {key: kept[key] for key in survivors})
+    pc.prefill(ids(13, 2))  # 3 blocks: two of the first prompt's leaves must go
+    assert sorted(e.depth for e in pc.index.values()) == [0, 0, 1, 1, 2, 2]
+    assert filed_bytes(pc) == pc.nbytes == 6 * per_block and pc.cache.pool.cached == 6  # the two went free
+    survivors = {key: kept[key] for key in kept if key in pc.index}
+    assert len(survivors) == 3
+    assert_blocks_unchanged(pc, survivors)  # in place, as they were
     res = pc.prefill(first)
     assert res.receipt.cached_tokens == 12
     assert_logits_close(res.logits, tiny.forward(first)[-1], tiny)
 
 
-def test_a_chat_hit_turn_by_turn_reads_one_piece_per_run(tiny):
-    """A chat that grows turn by turn writes one run per turn; a later turn's hit reads every run in
-    place, one piece each, and still gives the uncached logits."""
+def test_a_chat_hit_turn_by_turn_reads_every_earlier_turn_in_place(tiny):
+    """A chat that grows turn by turn files one block per turn; a later turn's hit holds every earlier turn's
+    block, where it lies in the pool, and still gives the uncached logits."""
     pc = kvlib.PromptCache(tiny, block_size=4)
     chat = ids(4 * 20 + 1, 8)
+    tables = []
     for turn in range(1, 21):
         res = pc.prefill(chat[:4 * turn + 1])
-        assert len(res.cache.layers[2].pieces()) == turn  # turn - 1 runs hit, then the request's own tokens
-    assert res.receipt.cached_tokens == 4 * 19 and res.cache.shared_nbytes == 4 * 19 * memory_bytes(tiny)
+        tables.append(res.table)
+        assert res.receipt.blocks == ["hit"] * (turn - 1) + ["written"]
+    assert all(t[:k + 1] == tables[-1][:k + 1] for k, t in enumerate(tables))  # each turn's block, read by all later
+    assert res.receipt.cached_tokens == 4 * 19 and pc.nbytes == 4 * 20 * memory_bytes(tiny)
     assert_logits_close(res.logits, tiny.forward(chat)[-1], tiny)
 
 
@@ -664,7 +679,7 @@ def test_the_cache_holds_only_the_prompts_k_and_v_never_the_answer(request, name
     stored = stored_blocks(pc)
     later = [pc.answer(prompt, max_new_tokens=10, temperature=1.0, seed=s) for s in (1, 2)]
     assert len({tuple(a.ids) for a in [first] + later}) > 1
-    assert stored.keys() == pc.blocks.keys() and all(isinstance(k, bytes) and len(k) == 16 for k in stored)
+    assert stored.keys() == pc.index.keys() and all(isinstance(k, bytes) and len(k) == 16 for k in stored)
     assert_blocks_unchanged(pc, stored)
     cfg = model.config
     assert {tuple(t.shape) for ts in stored.values() for t in ts} == {(cfg.n_kv_head, 8, cfg.head_dim)}

@@ -165,8 +165,9 @@ def test_a_hit_chip_shows_the_stored_block_it_read(tiny):
         prompt = prefix + tiny.encode(tail)
         view.add(label, "t", prompt, pc.prefill(prompt, tenant="t", cache_control=mark), 1.0, mark)
     a, b = ([chip["hash"] for chip in row["blocks"]] for row in view.requests)
-    assert [chip["state"] for chip in view.requests[1]["blocks"]] == ["hit", "hit"] and len(pc.blocks) == 1
-    assert b[1] == a[0] and b[0] not in {k[:8].hex() for k in pc.blocks}  # 0-77 is A's block; 0-10 never stored
+    assert [chip["state"] for chip in view.requests[1]["blocks"]] == ["hit", "hit"] and len(pc.index) == 5
+    # 0-77 is A's prefix (4 blocks of 16, then 64-77); 0-10 was never stored
+    assert b[1] == a[0] and b[0] not in {k[:8].hex() for k in pc.index}
     assert view.stored[b[0]] == view.stored[a[0]] == {"expires": 300.0}
     pc.clock.advance(301)
     pc.expire()

@@ -75,5 +75,5 @@ def evicted(model):
     for prompt in (a, b, a, c):
         pc.prefill(prompt)
         clock.advance(1)
-    held = lambda p: pc.block_keys(p, "default", pc.spans(len(p)))[0] in pc.blocks  # looked up, not sent
+    held = lambda p: pc.block_keys(p, "default", pc.spans(len(p)))[0] in pc.index  # looked up, not sent
     return "a" if not held(a) else "b" if not held(b) else "c"

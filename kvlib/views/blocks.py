@@ -7,7 +7,9 @@ cache: used again by a later request (named on hover), or dropped first (expired
 struck through, with the reason on hover), read from the cache's own events (each names its block's key).
 So a block evicted and later written again shows struck in the row that lost it, whole in the row that
 wrote it again. The text summary (where widgets cannot be drawn) says the same in words: the chips as glyphs,
-the tokens after the last block, what the cost counts, and what became of each row's blocks."""
+the tokens after the last block, what the cost counts, and what became of each row's blocks.
+In explicit mode a chip is a marked prefix, held in the pool by its full blocks and the part up to the mark:
+it follows the events of that last block, which the pool evicts or expires before any block before it."""
 
 import json
 import math
@@ -70,7 +72,7 @@ class PromptBlocks(View):
         self.check_size(more=len(json.dumps(request, default=str)))  # before the page is sent a view too big
         # a hit chip shows the stored block it read: its own key, or (explicit marks cut the prefix otherwise
         # than the request that wrote it) the deepest key that hit, whose blocks hold all of the hit
-        reads = [key if d >= hits or key in pc.blocks else keys[hits - 1] for d, key in enumerate(keys)]
+        reads = [key if d >= hits or key in pc.index else keys[hits - 1] for d, key in enumerate(keys)]
         self.known.update({key[:8].hex(): read for key, read in zip(keys, reads)})
         self.requests = self.requests + [request]
         self.refresh([reads[d] if state != "computed" else None for d, state in enumerate(r.blocks)])
@@ -79,23 +81,23 @@ class PromptBlocks(View):
     def refresh(self, reads=None):
         """Read the cache now: which blocks shown are stored (until when) and which have gone (why, when).
         reads: for the request just added, the stored key each of its chips read or wrote (None: computed)."""
-        pc, stored = self.pc, dict(self.stored)
+        pc, stored, index = self.pc, dict(self.stored), self.pc.index
         events = pc.events[self.seen:]
         went = {e.key: e for e in events if e.kind in GONE}
         self.seen = len(pc.events)
         self._follow(events, reads)
         for h, key in self.known.items():
-            if key in pc.blocks:
-                stored[h] = {"expires": pc.blocks[key].last_used + pc.ttl}
+            if key in index:  # a chip's prefix is filed while its last block is (the index has no holes)
+                stored[h] = {"expires": index[key].last_used + pc.ttl}
             elif key in went:  # gone since the last look (even if written and evicted in between)
                 stored[h] = {"gone": GONE[went[key].kind], "at": went[key].time}
         held = pc.nbytes  # what it holds (reading it expires nothing)
         budget = f" of {pc.max_bytes:,}" if pc.max_bytes is not None else ""
-        size = f"blocks of {pc.block_size} tokens" if pc.mode == "automatic" else "one block per marked prefix"
+        size = f"blocks of {pc.block_size} tokens" + (", filed to each mark" if pc.mode == "explicit" else "")
         with self.hold_sync():  # one message to the browser
             self.stored, self.clock = stored, pc.clock()
             self.title = (f"{pc.mode} caching · TTL {pc.ttl} s · {size} · "
-                          f"cache holds {len(pc.blocks)} blocks, {held:,}{budget} bytes")
+                          f"cache holds {len(index)} blocks, {held:,}{budget} bytes")
 
     def _follow(self, events, reads):
         """Each row's chips, told what became of the copy that request left: in the events' order, a drop
