@@ -28,7 +28,7 @@ the scheduled sequences hold, whatever else the pool keeps. `gpt2.fused_attentio
 families call, attends group by group (`gpt2.attend_groups`).
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -59,13 +59,14 @@ class Group:
     n: int
     mask: torch.Tensor   # [n, length] over a sequence's own tokens; None: nothing hidden (one row) or plain causal
     causal: bool         # the n rows are the whole sequence, fed at once: the kernel applies the causal mask itself
+    start: int = None    # one sequence whose blocks lie one after another: its first slot (read as a view, not gathered)
 
 
 class Groups(list):
     """What a paged cache's `admit` returns in place of a mask [T, S]: its Group per kind of scheduled sequence."""
 
     def to(self, dtype):  # as a mask tensor's .to: the forward pass casts the mask to its activations' dtype
-        return Groups(Group(g.rows, g.slots, g.n, None if g.mask is None else g.mask.to(dtype), g.causal) for g in self)
+        return Groups(replace(g, mask=None if g.mask is None else g.mask.to(dtype)) for g in self)
 
 
 class PagedLayer:
@@ -80,8 +81,10 @@ class PagedLayer:
             self.k, self.v = (k.new_zeros(nkv, self.cache.n_blocks * self.cache.block_size, hs) for _ in range(2))
         slots = self.cache.slots  # [T]: where the scheduled rows' tokens go
         self.k[:, slots], self.v[:, slots] = k, v
-        # each group's own tokens, gathered through the block tables ([nkv, b, length, hs], then batch first)
-        return ([pool[:, g.slots].transpose(0, 1) for g in self.cache.groups] for pool in (self.k, self.v))
+        # each group's own tokens, gathered through the block tables ([nkv, b, length, hs], then batch first); a lone
+        # sequence in consecutive blocks (a prompt-cache hit and its own blocks, often) is one slice, read in place
+        return ([pool[:, g.slots].transpose(0, 1) if g.start is None else pool[None, :, g.start:g.start + g.slots.shape[1]]
+                 for g in self.cache.groups] for pool in (self.k, self.v))
 
     def copy_block(self, src, dst):  # a shared block's tokens into a block of one's own (copy-on-write)
         if self.k is not None:
@@ -200,7 +203,10 @@ class PagedKVCache:
             k_pos = torch.arange(length, device=device)
             mask = causal_mask(k_pos[-n:], k_pos)  # [n, length]: row i sees its sequence's tokens up to its own
             causal = only_causal(mask)
-            self.groups.append(Group(rows, table, n, None if n == 1 or causal else mask, causal))
+            blocks = self.sequences[members[0][1]].blocks
+            start = blocks[0] * self.block_size if len(members) == 1 and blocks == list(
+                range(blocks[0], blocks[0] + len(blocks))) else None
+            self.groups.append(Group(rows, table, n, None if n == 1 or causal else mask, causal, start))
         self.slots = torch.tensor(slots, device=device)
         self.rows = []  # each schedule serves one call
         return torch.tensor(positions, device=device), self.groups

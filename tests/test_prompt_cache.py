@@ -561,6 +561,7 @@ def test_a_hit_reads_the_stored_blocks_in_place(tiny):
     keys = pc.block_keys(prompt, "default", pc.spans(33))
     filed = [pc.cache.pool.index[k] for k in keys]
     assert res.receipt.blocks == ["hit"] * 4 and res.table[:4] == filed
+    assert res.table == [0, 1, 2, 3, 4] and pc.cache.groups[0].start == 0  # blocks in a row: one slice, not gathered
     assert filed[:2] == first.table[:2] and filed[2:] == second.table[2:4]
     assert_logits_close(res.logits, tiny.forward(prompt + ids(5, 9))[-1], tiny)
     a, b = (pc.cache.add(prompt + ids(2, s)) for s in (10, 11))  # two requests at once, on the pool itself
