@@ -130,6 +130,12 @@ class PromptCache:
     def index(self):  # key -> the pool's Entry (depth, parent block, last use) of every block filed now
         return {entry.key: entry for entry in self.cache.pool.entries.values()}
 
+    def kv(self, key):  # -> per layer, (K, V) [n_kv_heads, block_size, head_dim] of the block filed under key
+        """Views of the pool's tensors: what every request that hits the block reads, in place."""
+        bs, block = self.block_size, self.cache.pool.index[key]
+        return [(layer.k[:, block * bs:(block + 1) * bs], layer.v[:, block * bs:(block + 1) * bs])
+                for layer in self.cache.layers]
+
     @property
     def nbytes(self):  # bytes of K and V filed now (call expire() first to drop entries past their TTL)
         with self._lock:

@@ -29,13 +29,8 @@ def ids(n, seed):
     return torch.randint(0, 4096, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def pool_tensors(pc):  # the one pool's tensors: every layer's K, then every layer's V, [nkv, slots, hs]
-    return [layer.k for layer in pc.cache.layers] + [layer.v for layer in pc.cache.layers]
-
-
 def stored_blocks(pc):  # a copy of every filed block's K and V, by key, cut from the pool's tensors
-    bs = pc.block_size
-    return {key: [t[:, b * bs:(b + 1) * bs].clone() for t in pool_tensors(pc)] for key, b in pc.cache.pool.index.items()}
+    return {key: [t.clone() for kv in pc.kv(key) for t in kv] for key in pc.index}
 
 
 def assert_blocks_unchanged(pc, before):  # every block copied in `before` is still filed, bit for bit as it was
