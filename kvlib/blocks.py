@@ -15,9 +15,10 @@ out (`ttl_seconds`, on an injectable clock, so a test or a lesson can tick it by
 
 One eviction rule: only an unheld block goes, the least recently used first, and only a leaf (a
 block that no indexed block continues), so the index never holds a block whose prefix is gone (a
-hole: no prompt could reach it). A sequence holds every block before its last, so a held block's
-prefix is held too, and every unheld block can be evicted, leaves first. Every hit, write,
-expiry and eviction is appended to `events`, which the views read.
+hole: no prompt could reach it). An indexed block's parent has a child, so it goes only after it,
+and a held block is never a candidate: no live sequence loses a block. Every hit, write, expiry
+and eviction is appended to `events`, which the views read. This is the one pool of kvlib: a
+PagedKVCache's, and through it a PromptCache's.
 
 Every block is free, held (`in_use`) or kept unheld by the index (`cached`), so the counters
 keep allocated == freed + cached + in_use.

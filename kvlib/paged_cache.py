@@ -13,7 +13,11 @@ files each of that prompt's blocks in the pool's index as it fills, under the ha
 and whole prefix. A later prompt with the same start holds those blocks from the index, by
 reference, whether their first sequence is still running or has ended (the index keeps unheld
 blocks until their memory is needed), and only the rest of it is fed. A full block is never
-written again, so it is shared without a copy.
+written again, so it is shared without a copy; a filed block that is not full (a PromptCache's
+prefix marked inside a block) is copied before anyone writes into it, as a shared one is. This is
+the one pool of kvlib: a PromptCache (prompt_cache.py) is a policy over one such cache, which it
+adds its requests to with their hit (`add(hit=...)`), files their blocks itself, and lets grow
+(`grow=True`) for what its running requests hold rather than evict or refuse.
 
 The forward pass does not know it serves a batch. A call's new tokens are the rows of every
 sequence the caller `schedule`s, one after another (packed, no padding); the matmuls treat rows
@@ -23,9 +27,10 @@ blocks through its table: `admit` sorts the scheduled sequences into `Group`s (t
 new tokens and as many tokens in all attend alike) and hands the forward pass, in place of one mask,
 the `Groups`: per group its rows, its sequences' pool slots and one mask over a sequence's own
 tokens. Each layer's `append` then returns, per group, the K and V gathered through the block
-tables, [b, nkv, length, hs]: no other sequence's slot is read, so a step's attention costs what
-the scheduled sequences hold, whatever else the pool keeps. `gpt2.fused_attention`, which both
-families call, attends group by group (`gpt2.attend_groups`).
+tables, [b, nkv, length, hs] (a lone sequence whose blocks lie one after another, as a prompt-cache
+hit's often do, is read as one slice of the pool, not copied): no other sequence's slot is read,
+so a step's attention costs what the scheduled sequences hold, whatever else the pool keeps.
+`gpt2.fused_attention`, which both families call, attends group by group (`gpt2.attend_groups`).
 """
 
 from dataclasses import dataclass, field, replace
@@ -59,7 +64,7 @@ class Group:
     n: int
     mask: torch.Tensor   # [n, length] over a sequence's own tokens; None: nothing hidden (one row) or plain causal
     causal: bool         # the n rows are the whole sequence, fed at once: the kernel applies the causal mask itself
-    start: int = None    # one sequence whose blocks lie one after another: its first slot (read as a view, not gathered)
+    start: int = None    # a lone sequence whose blocks lie one after another: its first slot (read in place)
 
 
 class Groups(list):
@@ -83,8 +88,8 @@ class PagedLayer:
         self.k[:, slots], self.v[:, slots] = k, v
         # each group's own tokens, gathered through the block tables ([nkv, b, length, hs], then batch first); a lone
         # sequence in consecutive blocks (a prompt-cache hit and its own blocks, often) is one slice, read in place
-        return ([pool[:, g.slots].transpose(0, 1) if g.start is None else pool[None, :, g.start:g.start + g.slots.shape[1]]
-                 for g in self.cache.groups] for pool in (self.k, self.v))
+        return ([pool[:, g.slots].transpose(0, 1) if g.start is None else
+                 pool[None, :, g.start:g.start + g.slots.shape[1]] for g in self.cache.groups] for pool in (self.k, self.v))
 
     def copy_block(self, src, dst):  # a shared block's tokens into a block of one's own (copy-on-write)
         if self.k is not None:

@@ -271,10 +271,9 @@ class PromptCache:
             for block in reversed(placed.values()):
                 pool.release(block)
         written = {d for d, chain in enumerate(r.chains) if chain[-1][0] in filed}  # spans whose prefix it filed
+        states = ["hit" if d < r.hits else "written" if d in written else "computed" for d in range(len(r.spans))]
         return Receipt(len(r.ids), r.spans[r.hits - 1][1] if r.hits else 0,
-                       sum(e - s for d, (s, e) in enumerate(r.spans) if d in written),
-                       ["hit" if d < r.hits else "written" if d in written else "computed" for d in range(len(r.spans))],
-                       self.mode)
+                       sum(e - s for d, (s, e) in enumerate(r.spans) if d in written), states, self.mode)
 
     def _room(self):  # -> whether one more block may be filed, after evicting (the pool's rule) down to the budget
         pool = self.cache.pool

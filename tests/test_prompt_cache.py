@@ -54,7 +54,8 @@ def test_a_hit_gives_the_logits_of_an_uncached_pass(tiny, prefix, first, second,
     assert_logits_close(res.logits, tiny.forward(prompt)[-1], tiny)
     hit = res.receipt.cached_tokens // 8  # its first blocks are the index's own, then blocks of its own for the rest
     assert len(res.table) == blocks_for(len(prompt), 8) and len(set(res.table)) == len(res.table)
-    assert res.table[:hit] == [pc.cache.pool.index[k] for k in pc.block_keys(prompt, "default", pc.spans(len(prompt)))[:hit]]
+    keys = pc.block_keys(prompt, "default", pc.spans(len(prompt)))
+    assert res.table[:hit] == [pc.cache.pool.index[k] for k in keys[:hit]]
     assert_no_holes(pc)
 
 
@@ -442,7 +443,7 @@ def test_an_answer_is_generates_and_stops_where_it_stops(tiny):
         got = pc.answer(prompt, **kwargs)
         want = kvlib.generate(tiny, prompt, **kwargs)
         assert (got.ids, got.text, got.stop_reason) == (want.ids, want.text, want.stop_reason)
-    assert {"context full" in pc.answer(long, 40).stop_reason, pc.answer(ids(30, 2)).receipt.cached_tokens} == {True, 24}
+    assert "context full" in pc.answer(long, 40).stop_reason and pc.answer(ids(30, 2)).receipt.cached_tokens == 24
 
 
 def test_each_mode_is_priced_by_its_own_provider_only(tiny):
