@@ -82,12 +82,12 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
     and may return False to stop (a Stop button); text_piece is "" while a character several tokens
     long is still arriving, so the pieces join up to gen.text (but for a character the last token cut).
     cache: a KVCache to fill instead of a new one, empty (so a caller can watch it grow from on_token)
-    or having already read the prompt's first tokens (a prompt-cache hit: only the rest is fed);
+    or having already read the prompt's first tokens (only the rest is fed);
     gen.cache is it either way.
 
     Stops after max_new_tokens, at the end-of-text token, or when the context is full (gen.stop_reason says
-    which). The decode loop of one sequence on a KVCache (PromptCache.answer and the views use it): it picks
-    and stops through pick, as batching.advance does for sequences on a paged cache."""
+    which). The decode loop of one sequence on a KVCache (the views use it): it picks and stops through pick,
+    as batching.advance does for sequences on a paged cache (PromptCache.answer's among them)."""
     check_sampling(max_new_tokens, temperature, top_k, top_p)
     prompt_ids = model.check_ids(prompt).tolist()
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
