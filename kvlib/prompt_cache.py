@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .batching import Decoding, advance, forward_rows
-from .blocks import Event, ManualClock, block_keys, full_spans  # noqa: F401 (PromptCache(clock=ManualClock()))
+from .blocks import ManualClock, block_keys, full_spans  # noqa: F401 (ManualClock: PromptCache(clock=ManualClock()))
 from .errors import KVLibError, check_count, is_count, is_number
 from .generate import Generation, Rules, check_sampling
 from .paged_cache import PagedKVCache

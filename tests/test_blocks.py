@@ -236,6 +236,8 @@ def test_clear_errors():
     with pytest.raises(KVLibError, match="a tenant is named by a string"):
         block_keys([1, 2], None, [(0, 2)])
     cache = PagedKVCache(1, n_blocks=2, block_size=4)
+    with pytest.raises(KVLibError, match="3 tokens fill 1 blocks of 4, not the 0 given"):
+        cache.add(hit=([], 3))
     with pytest.raises(KVLibError, match="one of prompt_ids .*, prefix_of .* or hit .*, not several"):
         cache.add([1, 2], prefix_of=cache.add())
     for not_ids in ("To be", [1, 2.0]):
