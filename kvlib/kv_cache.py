@@ -15,14 +15,12 @@ look at (`admit`, once per call), and, per layer, all the keys and values to att
   `window`; within a call (a prompt fed at once is held whole until the next) the mask hides
   the same tokens, so eviction and masking agree. Sinks as in StreamingLLM, but positions stay
   those of the text: a window saves memory, it does not stretch the context.
-- Shared blocks: a prompt-cache hit hands a request the stored blocks themselves, by
-  reference, as vLLM's block tables do (`share`). The request's own tokens go into its
-  own buffer after them, so the shared blocks are never written (copy-on-write); each
-  call gathers them beside the request's own tokens into the K and V it hands out,
-  where vLLM's kernels read the blocks in place through the table.
 - Reading and changing: each layer's `keys` and `values` are for reading; a lesson that changes
   what the cache holds (noise on a row, another prompt's rows) gets a changed copy from `edited`,
-  so the cache it started from, and any block it shares, stays as it was.
+  so the cache it started from stays as it was.
+
+One sequence's cache stays one contiguous buffer per layer: blocks shared between sequences
+(a prompt cache, a server's prefix caching) live in blocks.py's pool, read through paged_cache.py.
 """
 
 import torch
@@ -58,95 +56,54 @@ def only_causal(mask):  # [T, S] -> bool
 
 
 class LayerCache:
-    """One layer's K and V [nkv, length, hs]: shared pieces first (read-only), then a buffer of its own."""
+    """One layer's K and V [nkv, length, hs], in a buffer of its own that grows by doubling."""
 
     def __init__(self):
-        self._shared = []         # [(k, v)] read-only pieces [nkv, n, hs] held before our own tokens
-        self._k = self._v = None  # own [nkv, capacity, hs] buffers, allocated on first append
-        self.shared_length = 0    # tokens read from shared pieces
-        self.length = 0           # tokens held: shared ones, then our own
+        self._k = self._v = None  # [nkv, capacity, hs] buffers, allocated on first append
+        self.length = 0           # tokens held
 
     def append(self, k, v):  # [nkv, T_new, hs] x 2 -> every K and V held, [nkv, length, hs] x 2
-        own = self.length - self.shared_length
-        need = own + k.shape[1]
+        need = self.length + k.shape[1]
         if self._k is None or need > self._k.shape[1]:
-            self._grow(k, max(need, 2 * own))
-        self._k[:, own:need] = k
-        self._v[:, own:need] = v
-        self.length += k.shape[1]
+            self._grow(k, max(need, 2 * self.length))
+        self._k[:, self.length:need] = k
+        self._v[:, self.length:need] = v
+        self.length = need
         return self.keys, self.values
 
     @property
-    def keys(self):  # [nkv, length, hs], to read: a view of our own buffer, or, with shared pieces, a gathered copy
-        """What attention reads. Read it; never write into it: a write would change this cache in place, or,
-        with shared pieces, vanish into a copy. A lesson that changes K or V asks KVCache.edited for a copy."""
-        return self._held(0)
+    def keys(self):  # [nkv, length, hs], to read: a view of the buffer (None while empty)
+        """What attention reads. Read it; never write into it: a lesson that changes K or V asks
+        KVCache.edited for a changed copy, so no cache changes under whoever else reads it."""
+        return self._k[:, :self.length] if self.length else None
 
     @property
     def values(self):  # [nkv, length, hs]
-        return self._held(1)
-
-    def _held(self, kv):
-        own = self.own()[kv]
-        if not self._shared:
-            return own
-        return torch.cat([piece[kv] for piece in self._shared] + ([own] if own is not None else []), 1)
-
-    def pieces(self):  # -> [(k, v)]: the shared pieces, then our own tokens, in order
-        return self._shared + ([self.own()] if self.length > self.shared_length else [])
-
-    def own(self):  # -> K, V [nkv, length - shared_length, hs]: views of the tokens this cache appended itself
-        own = self.length - self.shared_length
-        return (self._k[:, :own], self._v[:, :own]) if own else (None, None)
-
-    def share(self, pieces):  # [(k, v)]: start an empty cache from stored blocks, without copying them
-        if self.length:
-            raise KVLibError("share() starts an empty cache; this one already holds tokens")
-        self._shared = list(pieces)
-        self.shared_length = self.length = sum(k.shape[1] for k, _ in self._shared)
-
-    def unshare(self):
-        """Copy the shared pieces into our own buffer (once), so that writes into `keys` reach this cache
-        (and never the blocks a prompt cache stores)."""
-        if self._shared:
-            self._k, self._v = self.keys, self.values
-            self._shared, self.shared_length = [], 0
+        return self._v[:, :self.length] if self.length else None
 
     def drop(self, start, end):
         """Forget held tokens start..end-1; later ones move up (a sliding window's eviction, or a crop)."""
         if start == end:
             return
-        if start < self.shared_length:  # only a crop reaches into shared pieces: keep them whole or copy
-            self.unshare()
-        own_start, own_end, own = start - self.shared_length, end - self.shared_length, self.length - self.shared_length
         for buf in (self._k, self._v):
-            buf[:, own_start:own - (end - start)] = buf[:, own_end:own].clone()  # clone: the two ranges overlap
+            buf[:, start:self.length - (end - start)] = buf[:, end:self.length].clone()  # clone: the ranges overlap
         self.length -= end - start
 
     def _grow(self, like, capacity):
         nh, _, hs = like.shape
         new_k, new_v = like.new_empty(nh, capacity, hs), like.new_empty(nh, capacity, hs)
-        own = self.length - self.shared_length
-        if own:
-            new_k[:, :own], new_v[:, :own] = self._k[:, :own], self._v[:, :own]
+        if self.length:
+            new_k[:, :self.length], new_v[:, :self.length] = self.keys, self.values
         self._k, self._v = new_k, new_v
 
     @property
-    def nbytes(self):  # bytes of the K and V this cache reads, shared or own (not spare capacity)
-        return sum(t.numel() * t.element_size() for piece in self.pieces() for t in piece)
+    def nbytes(self):  # bytes of the K and V held (not spare capacity)
+        return 2 * self.keys.numel() * self.keys.element_size() if self.length else 0
 
-    @property
-    def shared_nbytes(self):  # bytes of the K and V read from shared pieces
-        return sum(t.numel() * t.element_size() for piece in self._shared for t in piece)
-
-    def copy(self):
-        """An independent cache: shared pieces stay shared (nobody writes them), our own tokens are cloned."""
+    def copy(self):  # an independent cache: the tokens held, cloned
         new = LayerCache()
-        new.share(self._shared)
-        k, v = self.own()
-        if k is not None:
-            new._k, new._v = k.clone(), v.clone()
-            new.length += k.shape[1]
+        if self.length:
+            new._k, new._v, new.length = self.keys.clone(), self.values.clone(), self.length
         return new
 
 
@@ -206,20 +163,9 @@ class KVCache:
         for layer in self.layers:
             layer.drop(n, layer.length)
 
-    def share(self, pieces):  # per layer [(k, v)]: start an empty cache from a prompt cache's stored blocks
-        if self.window is not None:
-            raise KVLibError("a windowed cache cannot start from shared blocks: they hold every token")
-        for layer, layer_pieces in zip(self.layers, pieces):
-            layer.share(layer_pieces)
-        self.seen = len(self)
-
     @property
-    def nbytes(self):  # bytes of the K and V held, shared blocks included, spare capacity not
+    def nbytes(self):  # bytes of the K and V held, spare capacity not
         return sum(layer.nbytes for layer in self.layers)
-
-    @property
-    def shared_nbytes(self):  # of which held by reference to a prompt cache's stored blocks, not copied in
-        return sum(layer.shared_nbytes for layer in self.layers)
 
     def copy(self):
         new = KVCache(0, self.window, self.sinks)
@@ -235,7 +181,6 @@ class KVCache:
             raise KVLibError("an empty cache has no K or V to edit: feed it tokens first")
         new = self.copy()
         for i, layer in enumerate(new.layers):
-            layer.unshare()  # every token in the copy's own buffer, so the edit's writes reach it
             edit(i, layer.keys, layer.values)
         return new
 

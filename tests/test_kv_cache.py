@@ -183,29 +183,10 @@ def test_crop_refuses_what_it_cannot_undo(tiny):
     assert len(plain) == plain.seen == 3
 
 
-def test_unsharing_a_cache_of_one_shared_piece_copies_it(tiny):
-    """The one case where the held keys could be the stored tensor itself: a cache started from a single
-    shared piece and nothing of its own. Unsharing must copy, or a later write would reach the block."""
-    source = tiny.new_cache()
-    tiny.forward([1, 2, 3], cache=source)
-    pieces = [[(layer.keys, layer.values)] for layer in source.layers]
-    before = [(k.clone(), v.clone()) for (k, v), in pieces]
-    cache = tiny.new_cache()
-    cache.share(pieces)
-    layer = cache.layers[0]
-    layer.keys.zero_()  # a gathered copy: nothing reaches the piece
-    layer.unshare()
-    layer.keys.zero_()  # the cache's own buffer now
-    assert layer.keys.abs().sum() == 0
-    assert all(torch.equal(k, kb) and torch.equal(v, vb) for ((k, v),), (kb, vb) in zip(pieces, before))
-
-
-def test_a_window_refuses_bad_sizes_and_shared_blocks(tiny):
+def test_a_window_refuses_bad_sizes(tiny):
     for window, sinks in ((0, 0), (2.5, 0), (8, -1), (8, True)):  # 2.5: bytes counted for 2.5, the mask keeping 3
         with pytest.raises(kvlib.KVLibError, match="(window|sinks) .* must be a whole number"):
             tiny.new_cache(window, sinks)
-    with pytest.raises(kvlib.KVLibError, match="cannot start from shared blocks"):
-        tiny.new_cache(8).share([[] for _ in range(tiny.config.n_layer)])
 
 
 def test_trace_records_attention(tiny):
@@ -281,20 +262,3 @@ def test_edited_changes_a_copy_that_the_next_step_reads_and_never_the_cache(tiny
     with pytest.raises(kvlib.KVLibError, match="empty cache has no K or V to edit"):
         tiny.new_cache().edited(flip_keys_zero_values)
 
-
-def test_edited_reaches_every_token_of_a_cache_started_from_shared_blocks(tiny):
-    """A cache that began from a prompt-cache hit hands out gathered copies of its shared pieces: writes into them
-    would vanish. Its edited copy holds every token itself, so the edit reaches all of them, and none the pieces."""
-    source = tiny.new_cache()
-    tiny.forward([1, 2, 3, 4], cache=source)
-    pieces = [[(layer.keys[:, :2], layer.values[:, :2]), (layer.keys[:, 2:], layer.values[:, 2:])]
-              for layer in source.layers]
-    cache = tiny.new_cache()
-    cache.share(pieces)
-    tiny.forward([5], cache=cache)  # a token of its own after the shared ones
-    before, stored = snapshot(cache), snapshot(source)
-    changed = cache.edited(flip_keys_zero_values)
-    assert_flipped(changed, before)
-    assert_unchanged(cache, before)
-    assert_unchanged(source, stored)
-    assert cache.shared_nbytes == 4 * tiny.config.n_layer * 2 * tiny.config.n_embd * 4  # still held by reference
