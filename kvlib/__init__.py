@@ -3,6 +3,7 @@
 from . import magics
 from .batching import generate_batch
 from .generate import Generation, generate
+from .i18n import set_language
 from .kv_cache import KVCache
 from .models import Config, KVLibError, Model, load_model
 from .prompt_cache import PromptCache
@@ -10,4 +11,4 @@ from .trace import Trace
 
 magics.register()  # %%needs in notebooks
 
-__all__ = ["Config", "Generation", "KVCache", "KVLibError", "Model", "PromptCache", "Trace", "generate", "generate_batch", "load_model"]
+__all__ = ["Config", "Generation", "KVCache", "KVLibError", "Model", "PromptCache", "Trace", "generate", "generate_batch", "load_model", "set_language"]

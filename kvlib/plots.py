@@ -7,10 +7,21 @@ with a hint, as in jessevig/bertviz.
 
 import numbers
 
+import matplotlib
 import numpy as np
+from matplotlib import font_manager
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+from .i18n import t
+
+# Chinese labels (kvlib.set_language("zh"), or a learner's own text) need a CJK font after matplotlib's own, which
+# has none: the first of these the machine has (Debian's fonts-noto-cjk, macOS's, Windows'), glyph by glyph.
+# Only installed ones are named, as matplotlib warns of each missing family it is given.
+CJK_FONTS = ("Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", "Hiragino Sans GB", "Microsoft YaHei",
+             "SimHei", "WenQuanYi Zen Hei")
+_installed = {f.name for f in font_manager.fontManager.ttflist}
+matplotlib.rcParams["font.family"] = ["sans-serif", *[f for f in CJK_FONTS if f in _installed][:1]]
 
 
 def _show_figures_inline():
@@ -258,9 +269,8 @@ def token_ratios(labels, names, ratios, baseline="English"):
     _grouped_bars(ax, names, r)
     ax.axhline(1, color="#555555", ls="--", lw=1)
     ax.set_xticks(range(len(labels)), labels)
-    ax.set_ylabel(f"tokens, × {baseline}")
-    ax.set_title(f"The same sentence costs more tokens in some languages (dashed: as many as in {baseline})",
-                 fontsize=10)
+    ax.set_ylabel(t("plot.ratios.ylabel", baseline=baseline))
+    ax.set_title(t("plot.ratios.title", baseline=baseline), fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     return fig

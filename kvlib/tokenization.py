@@ -13,6 +13,7 @@ import codecs
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .i18n import t
 from .models import KVLibError, gpt2_tokenizer
 from .texttable import text_table
 
@@ -55,7 +56,7 @@ def byte_level(name, tok):
 
 
 def for_model(model):
-    return byte_level(f"{model.name} (the loaded model)", model.tokenizer)
+    return byte_level(t("tokenizer.loaded", model=model.name), model.tokenizer)
 
 
 @lru_cache(maxsize=None)

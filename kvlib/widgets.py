@@ -17,6 +17,7 @@ from . import embeddings, plots, pricing, tokenization
 from .cache_evidence import rows_change
 from .errors import KVLibError, is_count
 from .generate import check_sampling, generate
+from .i18n import t
 from .memory import forward_macs
 from .trace import Trace
 from .views import AttentionGrid, EmbeddingMap, Matrix, PromptBlocks, View, link_for
@@ -130,7 +131,7 @@ class Tokens(App):
 
     def __init__(self, model, text="Will will Will's will be done? 轩辕养了一只黄色的虎皮鹦鹉 🦜"):
         self.model, self.tokenizers = model, tokenization.available(model)
-        self.text = W.Textarea(value=text, description="Text", layout=W.Layout(width="95%", height="60px"),
+        self.text = W.Textarea(value=text, description=t("app.text"), layout=W.Layout(width="95%", height="60px"),
                                continuous_update=False)
         self.message, self.strips, self.counts = W.HTML(), [TokenStrip() for _ in self.tokenizers], {}
         self.text.observe(lambda _: self.update(), names="value")
@@ -162,8 +163,9 @@ class Divergence(App):
 
     def __init__(self, model, a="To be, or not to be, that is the question", b="To be, or not to be: that is the question"):
         self.tokenizer = tokenization.for_model(model)
+        self.names = t("app.prompt_a"), t("app.prompt_b")
         self.a, self.b = (W.Text(value=v, description=d, layout=W.Layout(width="95%"), continuous_update=False)
-                          for v, d in ((a, "Prompt A"), (b, "Prompt B")))
+                          for v, d in zip((a, b), self.names))
         self.note, self.strips, self.index = W.HTML(), [TokenStrip(), TokenStrip()], None
         for box in (self.a, self.b):
             box.observe(lambda _: self.update(), names="value")
@@ -173,7 +175,7 @@ class Divergence(App):
     def update(self):
         try:
             data = [TokenStrip.data(self.tokenizer, box.value, title=name)
-                    for box, name in ((self.a, "Prompt A"), (self.b, "Prompt B"))]
+                    for box, name in zip((self.a, self.b), self.names)]
         except ValueError as e:
             self.note.value, self.index = _error(e), None
             _clear(self.strips)
@@ -181,10 +183,8 @@ class Divergence(App):
         ids = [[t["id"] for t in d["tokens"]] for d in data]
         self.index = tokenization.first_divergence(*ids)
         shared = min(map(len, ids)) if self.index is None else self.index
-        self.note.value = (f"the first {shared} tokens are shared; they differ from token {self.index} on "
-                           f"(a red bar, then dashed outlines)" if self.index is not None
-                           else f"the same tokens: all {shared} shared" if ids[0] == ids[1]
-                           else f"one is a prefix of the other: {shared} tokens shared")
+        self.note.value = t("divergence.parted" if self.index is not None else "divergence.same" if ids[0] == ids[1]
+                            else "divergence.prefix", shared=shared, index=self.index)
         for strip, d in zip(self.strips, data):
             with strip.hold_sync():
                 strip.title, strip.link, strip.tokens, strip.mark = d["title"], d["link"], d["tokens"], shared

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import ipywidgets as W
 
+from ..i18n import local, t
 from ..models import KVLibError
 
 
@@ -24,8 +25,8 @@ class Exercise:
     id: str
     question: str
     answer: object       # callable(*models) -> the right answer, computed live
-    hint: str
-    explain: str         # why; may use {answer}
+    hint: object         # a str, or one per language ({"en": ..., "zh": ...}: kvlib.i18n)
+    explain: object      # why; may use {answer}; a str or one per language
     uses: tuple          # what the notebook passes, for the tests: "model" (its default), "smollm2", ...
     tolerance: float     # numbers: relative tolerance (0: exact)
 
@@ -78,22 +79,22 @@ class Check(W.VBox):
     def __init__(self, ex, guess, args):
         self.exercise, self.args, self.correct = ex, args, None
         self.verdict, self.answer = W.HTML(), W.HTML()
-        self.reveal = W.Button(description="Show the answer", icon="eye", layout=W.Layout(width="auto"))
+        self.reveal = W.Button(description=t("check.reveal"), icon="eye", layout=W.Layout(width="auto"))
         self.reveal.on_click(lambda _: self.show_answer())
         if guess is Ellipsis:
-            self.verdict.value = "✏️ Replace <code>...</code> with your prediction, then run this cell again."
+            self.verdict.value = t("check.pending")
         else:
             self.correct = ex.matches(guess, ex.answer(*args))
-            self.verdict.value = ("✅ <b>Right.</b>" if self.correct else
-                                  f"❌ <b>Not quite</b> (you said {html.escape(repr(guess))}). Hint: {html.escape(ex.hint)}")
+            self.verdict.value = (t("check.right") if self.correct else
+                                  t("check.wrong", guess=html.escape(repr(guess)), hint=html.escape(local(ex.hint))))
             if self.correct:
                 self.show_answer()
         super().__init__([self.verdict, self.reveal, self.answer])
 
     def show_answer(self):
         right = self.exercise.answer(*self.args)
-        why = self.exercise.explain.format(answer=right)
-        self.answer.value = f"<b>Answer:</b> <code>{html.escape(repr(right))}</code>. {html.escape(why)}"
+        why = local(self.exercise.explain).format(answer=right)
+        self.answer.value = t("check.answer", answer=html.escape(repr(right)), why=html.escape(why))
         self.reveal.layout.display = "none"
 
 

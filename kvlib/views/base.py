@@ -22,6 +22,7 @@ import torch
 import traitlets as T
 
 from ..errors import is_count
+from ..i18n import words
 from ..models import KVLibError, Model
 
 HERE = Path(__file__).parent
@@ -82,8 +83,12 @@ def numbers(x, what):  # -> x as a float64 tensor of finite numbers, or a KVLibE
 class View(anywidget.AnyWidget):
     _css = (HERE / "style.css").read_text()
     link = T.Unicode("").tag(sync=True)   # views with the same link light up together
+    words = T.Dict().tag(sync=True)       # the labels its JS writes, in kvlib's language (i18n.words(WORDS))
+    WORDS = None                          # the prefix of those labels in i18n.TEXT, for a view that has some
 
     def __init__(self, **traits):
+        if self.WORDS:
+            traits.setdefault("words", words(self.WORDS))
         try:
             super().__init__(**traits)
         except T.TraitError as err:  # a title that is no string, say; traitlets' words already name what it takes

@@ -7,12 +7,14 @@ import reprlib
 import traitlets as T
 
 from .. import tokenization
+from ..i18n import t
 from ..models import KVLibError, Model
 from .base import View, link_for, module
 
 
 class Tokens(View):
     _esm = module("tokens.js")
+    WORDS = "tokens"
     title = T.Unicode("").tag(sync=True)
     tokens = T.List().tag(sync=True)  # [{"text", "id", "bytes" (hex pairs), "pos"}]
     mark = T.Int(-1).tag(sync=True)   # where two prompts part: a bar before this token, the rest outlined
@@ -31,13 +33,13 @@ class Tokens(View):
                              f"the text to cut, a str; got {reprlib.repr(tokenizer)} and {reprlib.repr(text)}")
         chunks = tokenization.chunks(tokenizer, text)
         texts = [c.text for c in chunks]
-        title = title if title is not None else (f"{tokenizer.name}: {len(chunks)} tokens for {len(text)} "
-                                                 f"characters ({len(text.encode())} bytes)")
+        title = title if title is not None else t("strip.title", name=tokenizer.name, tokens=len(chunks),
+                                                  chars=len(text), bytes=len(text.encode()))
         return dict(title=title, link=link or link_for(texts), tokens=[
             {"text": c.text, "id": c.id, "bytes": c.bytes.hex(" "), "pos": k} for k, c in enumerate(chunks)])
 
     def summary(self):
         chips = [f"{t['text']!r} {t['id']}" for t in self.tokens]
         if 0 <= self.mark < len(chips):
-            chips.insert(self.mark, "‖ differs from here:")
+            chips.insert(self.mark, t("strip.differs"))
         return self.title + "\n" + " | ".join(chips)
