@@ -48,7 +48,7 @@ TEXT = {
     "check.reveal": {"en": "Show the answer", "zh": "看答案"},
     "check.answer": {"en": "<b>Answer:</b> <code>{answer}</code>. {why}", "zh": "<b>答案：</b><code>{answer}</code>。{why}"},
     # tokenization and the token apps (notebook 2)
-    "tokenizer.loaded": {"en": "{model} (the loaded model)", "zh": "{model}（当前加载的模型）"},
+    "tokenizer.loaded": {"en": "{model} (the loaded model)", "zh": "{model} (当前加载的模型)"},
     "strip.title": {"en": "{name}: {tokens} tokens for {chars} characters ({bytes} bytes)",
                      "zh": "{name}：{chars} 个字符（{bytes} 字节）切成 {tokens} 个 token"},
     "tokens.position": {"en": "position", "zh": "位置"},

@@ -1,0 +1,153 @@
+"""The Chinese course kept in step with the English (tools/translation.py), and kvlib speaking the notebook's
+language (kvlib/i18n.py): what a learner reads from kvlib is Chinese after set_language("zh"), English otherwise."""
+
+import json
+import re
+import shutil
+import string
+import sys
+from pathlib import Path
+
+import pytest
+
+import kvlib
+from kvlib import exercises, i18n, tokenization, widgets
+
+REPO = Path(__file__).parent.parent
+sys.path.insert(0, str(REPO / "tools"))
+import translation  # noqa: E402
+
+TRANSLATIONS = sorted((REPO / "notebooks").glob("*/*.ipynb"))
+
+
+@pytest.fixture
+def zh():
+    i18n.set_language("zh")
+    yield
+    i18n.set_language("en")
+
+
+def test_there_is_a_translation():
+    assert [p.relative_to(REPO / "notebooks").as_posix() for p in TRANSLATIONS][:1] == ["zh/02_tokens.ipynb"]
+
+
+@pytest.mark.parametrize("path", TRANSLATIONS, ids=lambda p: p.parent.name + "/" + p.stem)
+def test_each_translation_is_in_step_with_the_english(path):
+    assert translation.stale(path) == []
+
+
+@pytest.fixture
+def copy(tmp_path):
+    """notebooks/02_tokens.ipynb and its translation, copied: -> (English path, translation path)."""
+    (tmp_path / "zh").mkdir()
+    en, zh = tmp_path / "02_tokens.ipynb", tmp_path / "zh" / "02_tokens.ipynb"
+    shutil.copy(REPO / "notebooks" / en.name, en)
+    shutil.copy(REPO / "notebooks" / "zh" / zh.name, zh)
+    return en, zh
+
+
+def edit(path, i, change):  # change cell i's source (a str -> a str) in the notebook at path
+    nb = translation.read(path)
+    nb["cells"][i]["source"] = translation.lines(change(translation.source(nb["cells"][i])))
+    translation.write(path, nb)
+
+
+def test_an_edited_english_markdown_cell_is_named_until_its_translation_is_marked(copy):
+    en, zh = copy
+    i = next(k for k, c in enumerate(translation.read(en)["cells"]) if translation.source(c).startswith("## Where do"))
+    edit(en, i, lambda s: s + "\nA sentence the translation does not have yet.")
+    problems = translation.stale(zh)
+    assert len(problems) == 1 and f"cell {i} ('## Where do two prompts part ways?')" in problems[0]
+    assert "the English changed" in problems[0]
+    assert translation.main(["check", str(zh)]) == 1
+    edit(zh, i, lambda s: s + "\n译文也补上了这一句。")  # the translator updates it, then marks it
+    translation.mark(zh, [i])
+    assert translation.stale(zh) == [] and translation.main(["check", str(zh)]) == 0
+
+
+def test_a_replacement_the_english_code_no_longer_has_is_named(copy):
+    en, zh = copy
+    edit(en, 18, lambda s: s.replace('"Will will send his brother a selfie"', '"Will will send his aunt a selfie"'))
+    problems = translation.stale(zh)
+    assert len(problems) == 1 and "cell 18 ('div = widgets.Divergence" in problems[0] and "0 times" in problems[0]
+
+
+def test_an_english_code_change_reaches_the_translation_by_sync(copy):
+    en, zh = copy
+    edit(en, 21, lambda s: s.replace("range(5)", "range(6)"))
+    assert ["cell 21" in p and "`sync` writes it" in p for p in translation.stale(zh)] == [True]
+    assert translation.sync(zh) == []
+    assert "range(6)" in translation.source(translation.read(zh)["cells"][21])
+
+
+def test_a_code_cell_edited_in_the_translation_alone_is_named(copy):
+    _, zh = copy
+    edit(zh, 2, lambda s: s + "\nprint('只在中文版里')")
+    assert ["cell 2" in p for p in translation.stale(zh)] == [True]
+
+
+def test_a_cell_added_to_the_english_is_named(copy):
+    en, zh = copy
+    nb = translation.read(en)
+    nb["cells"].insert(3, {"cell_type": "markdown", "id": "new", "metadata": {}, "source": ["A new paragraph."]})
+    translation.write(en, nb)
+    assert ["cells' kinds" in p for p in translation.stale(zh)] == [True]
+
+
+def test_a_new_translation_starts_untranslated(tmp_path):
+    (tmp_path / "zh").mkdir()
+    shutil.copy(REPO / "notebooks" / "02_tokens.ipynb", tmp_path)
+    problems = translation.sync(tmp_path / "zh" / "02_tokens.ipynb")
+    markdown = [c for c in translation.read(tmp_path / "02_tokens.ipynb")["cells"] if c["cell_type"] == "markdown"]
+    assert len(problems) == len(markdown) and all(p.endswith("not translated yet") for p in problems)
+
+
+def fields(text):
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+
+
+def test_every_entry_has_each_language_with_the_same_blanks():
+    for key, entry in i18n.TEXT.items():
+        assert entry.keys() == i18n.LANGUAGES.keys(), key
+        assert fields(entry["zh"]) == fields(entry["en"]), key
+
+
+def test_an_unknown_language_is_refused():
+    with pytest.raises(ValueError, match="en, zh"):
+        kvlib.set_language("fr")
+
+
+def checked_exercises(path):
+    text = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
+    return re.findall(r"exercises\.check\(\s*\"([^\"]+)\"", text)
+
+
+@pytest.mark.parametrize("path", TRANSLATIONS, ids=lambda p: p.parent.name + "/" + p.stem)
+def test_a_translated_notebooks_exercises_speak_its_language(path, tiny):
+    language = path.parent.name
+    ids = checked_exercises(path)
+    assert ids
+    i18n.set_language(language)
+    try:
+        for id in ids:
+            ex = exercises.REGISTRY[id]
+            assert isinstance(ex.hint, dict) and language in ex.hint and language in ex.explain, id
+            wrong = exercises.check(id, 10**6, tiny)
+            assert ex.hint[language] in wrong.verdict.value.replace("&#x27;", "'")
+            wrong.show_answer()
+            assert "答案" in wrong.answer.value and "Answer" not in wrong.answer.value
+    finally:
+        i18n.set_language("en")
+
+
+def test_the_token_apps_speak_chinese_and_english(tiny, zh):
+    app = widgets.Tokens(tiny, "轩辕家养了一只虎皮鹦鹉")
+    strip = app.strips[0]
+    assert strip.title == f"tiny (当前加载的模型)：11 个字符（33 字节）切成 {len(tiny.encode('轩辕家养了一只虎皮鹦鹉'))} 个 token"
+    assert strip.words == {"position": "位置", "byte": "字节", "bytes": "字节", "parted": "两个提示词从这里开始不同"}
+    assert app.text.description == "文本"
+    div = widgets.Divergence(tiny, "轩辕家养了一只虎皮鹦鹉", "轩辕家养了一只小猫")
+    assert div.a.description == "提示词 A" and div.note.value.startswith(f"前 {div.index} 个 token 相同")
+    i18n.set_language("en")
+    assert widgets.Tokens(tiny, "Will").strips[1].words["position"] == "position"
+    assert tokenization.for_model(tiny).name == "tiny (the loaded model)"
