@@ -8,6 +8,10 @@ markdown before it warns with ⏱: that pair is checked here, from the notebook'
 each cell took is measured on every run and reported at the end of the suite (conftest's timing
 table), never asserted, because it is the machine's.
 
+The translations (notebooks/zh/..., kept in step with the English by tools/translation.py and
+test_translation.py) are lessons and runs here like the English ones, with their language's headings and a
+core counted in Han characters; each is one more notebook in each set-up below, run once there, not twice.
+
 Each notebook must run on three set-ups: a GPT-2-family default (tiny, or a GPT-2 on disk), SmolLM2
 (the Llama family) as the default, and no SmolLM2 at all. Each cell is executed once per set-up it can
 tell apart, no more:
@@ -41,10 +45,20 @@ from nbclient import NotebookClient
 
 from kvlib import exercises
 
-NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+ENGLISH = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+# the translations (notebooks/zh/...: tools/translation.py keeps them in step): each a lesson, run once per set-up
+NOTEBOOKS = ENGLISH + sorted((Path(__file__).parent.parent / "notebooks").glob("*/*.ipynb"))
 WIDGET = "application/vnd.jupyter.widget-view+json"
 WITHOUT_VIEWS = {"01", "07"}  # the chat and the calculator: text apps, nothing to draw
 WARNING, SLOW = "⏱", "slow"  # the warning a learner reads, and the tag on the cell it warns of
+
+
+def language(path):  # notebooks/02_tokens.ipynb -> "en", notebooks/zh/02_tokens.ipynb -> "zh"
+    return "en" if path.parent.name == "notebooks" else path.parent.name
+
+
+def name(path):  # a test id: "02_tokens", "zh/02_tokens"
+    return path.stem if language(path) == "en" else f"{language(path)}/{path.stem}"
 
 
 def cells(path):
@@ -56,10 +70,18 @@ def text(cell):
 
 
 def test_there_are_notebooks():
-    assert [p.name[:2] for p in NOTEBOOKS][:6] == ["01", "02", "03", "04", "05", "06"]
+    assert [p.name[:2] for p in ENGLISH][:6] == ["01", "02", "03", "04", "05", "06"]
 
 
-GOING_FURTHER, CORE_WORDS, COURSE_WORDS = "## Going further", 900, 6000  # the core of notebooks 1-6: 6,000 words
+COURSE_WORDS = 6000  # the core of notebooks 1-6: 6,000 words
+# Per language: the headings a lesson has, and its core's band. Chinese has no spaces to count words by, so its
+# core counts Han characters and Latin words, about 1.8 of them per English word (notebook 2: 1,414 against 773).
+LESSON = {
+    "en": {"going further": "## Going further", "core": (400, 900),
+           "parts": ("## What you will learn", "**Time:**", "**You need:**", "## Recap", "## Check yourself")},
+    "zh": {"going further": "## 深入一步", "core": (720, 1650),
+           "parts": ("## 你将学到", "**时间：**", "**预备知识：**", "## 小结", "## 自测")},
+}
 
 
 def going_further(path):
@@ -69,23 +91,23 @@ def going_further(path):
     for cell in cells(path):
         source = text(cell).lstrip()
         if cell["cell_type"] == "markdown" and source.startswith("## "):
-            inside = source.startswith(GOING_FURTHER)
+            inside = source.startswith(LESSON[language(path)]["going further"])
         marks.append(inside)
     return marks
 
 
 def words(path):
-    """(core, going further): words of a notebook's markdown, counted apart."""
+    """(core, going further): words of a notebook's markdown, counted apart (and Han characters, in Chinese)."""
     count = {False: 0, True: 0}
     for cell, further in zip(cells(path), going_further(path)):
         if cell["cell_type"] == "markdown":
-            count[further] += len(re.findall(r"[A-Za-z][A-Za-z'-]*", text(cell)))
+            count[further] += len(re.findall(r"[A-Za-z][A-Za-z'-]*|[\u4e00-\u9fff]", text(cell)))
     return count[False], count[True]
 
 
 def test_the_course_core_is_short():
     """Notebooks 1-6, the three-hour workshop, in about the words of the essay it grew from, twice over."""
-    core = {p.stem: words(p)[0] for p in NOTEBOOKS[:6]}
+    core = {p.stem: words(p)[0] for p in ENGLISH[:6]}
     assert sum(core.values()) <= COURSE_WORDS, f"{sum(core.values())} core words in notebooks 1-6: {core}"
 
 
@@ -105,7 +127,7 @@ def skipping_breaks(sources, further):
     return problems
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=name)
 def test_a_teacher_can_skip_going_further(path):
     code = [(text(c), f) for c, f in zip(cells(path), going_further(path)) if c["cell_type"] == "code"]
     problems = skipping_breaks([s for s, _ in code], [f for _, f in code])
@@ -131,14 +153,15 @@ def test_notebooks_open_by_loading_the_model():
         assert "kvlib.load_model(" in text(code[0]), path.name
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=name)
 def test_each_notebook_is_a_lesson(path):
     markdown = "\n".join(text(c) for c in cells(path) if c["cell_type"] == "markdown")
-    for part in ("## What you will learn", "**Time:**", "**You need:**", "## Recap", "## Check yourself", "<details>"):
-        assert part in markdown, f"{path.name} lacks {part!r}"
-    assert markdown.count("> 📖 **") >= 3, f"{path.name}: fewer than 3 glossary entries"
-    core, further = words(path)
-    assert 400 <= core <= CORE_WORDS, f"{path.name}: {core} words in its core, {further} going further (the core: about 800)"
+    lesson = LESSON[language(path)]
+    for part in (*lesson["parts"], "<details>"):
+        assert part in markdown, f"{name(path)} lacks {part!r}"
+    assert markdown.count("> 📖 **") >= 3, f"{name(path)}: fewer than 3 glossary entries"
+    (least, most), (core, further) = lesson["core"], words(path)
+    assert least <= core <= most, f"{name(path)}: {core} words in its core, {further} going further (the core: {least}-{most})"
     tagged = [c for c in cells(path) if "exercise" in c["metadata"].get("tags", [])]
     assert len(tagged) >= 2, f"{path.name}: {len(tagged)} exercise cells"
     for cell in tagged:
@@ -146,7 +169,7 @@ def test_each_notebook_is_a_lesson(path):
         assert ids and all(i in exercises.REGISTRY and i.startswith(path.name[:2] + ".") for i in ids), text(cell)
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=name)
 def test_a_slow_cell_is_warned_of_just_before_it(path):
     """A code cell is tagged slow exactly when the markdown cell just before it warns with ⏱: the reader
     sees the warning where the tag is (a tag alone is invisible in a notebook)."""
@@ -181,7 +204,7 @@ def run(path, out, keep=lambda cell: True):
 
 def cell_times(path, nb):
     """(notebook, cell's first line, seconds, tagged slow) for each code cell: for the suite's timing table."""
-    return [(path.stem, c.source.splitlines()[0][:60] if c.source else "", seconds(c),
+    return [(name(path), c.source.splitlines()[0][:60] if c.source else "", seconds(c),
              SLOW in c.metadata.get("tags", [])) for c in nb.cells if c.cell_type == "code"]
 
 
@@ -201,7 +224,7 @@ def check_as_a_learner_sees_it(path, nb):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=name)
 def test_notebook_runs_on_smollm2(path, tmp_path, monkeypatch, record_property):
     """With SmolLM2 as the default model (a Llama: RoPE, grouped K/V heads, no position table, no biases)
     every cell runs but the `%%needs` ones, which the browser runs (set-up 2 in the module's docstring); a
@@ -275,7 +298,7 @@ def without_smollm2(sources):
     return problems
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=name)
 def test_notebook_runs_without_smollm2(path):
     """Every cell but the `%%needs smollm2` ones stands without them (set-up 3 in the module's docstring)."""
     sources = [text(c) for c in cells(path) if c["cell_type"] == "code"]
