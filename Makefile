@@ -59,11 +59,16 @@ engine: $(STAMP)
 site: $(STAMP)
 	python3 setup_kvlib.py site
 
-# a check, not a file target: the path may hold spaces (macOS's Chrome), which make would split
+# a check, not a file target: the path may hold spaces (macOS's Chrome), which make would split. The Chinese
+# notebooks (notebooks/zh) need a CJK font, or Chromium draws their labels as boxes: Debian's fonts-noto-cjk, installed
+# beside Chromium when there is none (fc-list knows; macOS and Windows have their own)
 chromium:
 	@if [ -x "$(CHROMIUM)" ]; then :; elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
 	else echo "The browser tests need Chromium at $(CHROMIUM): sudo apt-get install chromium, or set KVLIB_CHROMIUM"; exit 1; fi
+	@if ! command -v fc-list >/dev/null || fc-list :lang=zh | grep -q .; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then apt-get update -qq && apt-get install -y -qq fonts-noto-cjk >/dev/null; \
+	else echo "No Chinese font: the zh notebooks' screenshots will show boxes (sudo apt-get install fonts-noto-cjk)"; fi
 
 clean:
 	rm -rf $(VENV) *.egg-info site

@@ -101,11 +101,17 @@ def close_all(browser):
         context.close()
 
 
+def lab_path(path):  # where the lab serves a notebook: notebooks/zh/02_tokens.ipynb -> zh/02_tokens.ipynb
+    path, notebooks = Path(path).resolve(), (REPO / "notebooks").resolve()
+    return path.relative_to(notebooks).as_posix() if path.is_relative_to(notebooks) else path.name
+
+
 def copy_notebooks(root, paths=None):
-    """A copy of the notebooks (running them must not write outputs into the repo)."""
-    (root / "notebooks").mkdir(parents=True, exist_ok=True)
-    for p in paths or sorted((REPO / "notebooks").glob("*.ipynb")):
-        shutil.copy(p, root / "notebooks" / Path(p).name)
+    """A copy of the notebooks, the translations in their folders (running them must not write outputs into the repo)."""
+    for p in paths or sorted((REPO / "notebooks").glob("*.ipynb")) + sorted((REPO / "notebooks").glob("*/*.ipynb")):
+        to = root / "notebooks" / lab_path(p)
+        to.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(p, to)
 
 
 @contextlib.contextmanager
@@ -374,7 +380,7 @@ def main(paths):
         copy_notebooks(root, [Path(p).resolve() for p in paths])
         with lab_server(root) as url:
             for p in paths:
-                page, errors = open_and_run(browser, url, Path(p).name, timeout_s=900)
+                page, errors = open_and_run(browser, url, lab_path(p), timeout_s=900)
                 n = screenshots(page, Path(p).stem, (VIEWS,))
                 print(f"{p}: {n} views, console errors {errors[:3]}, remote requests {page.recorder.remote()[:3]}; "
                       f"screenshots in {shots_dir()}")

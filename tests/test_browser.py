@@ -168,6 +168,35 @@ def test_02_tokens(browser, lab, model):
     screenshots(page, "02")
 
 
+def test_zh_02_tokens(browser, lab, model):
+    """The Chinese notebook 2 (one switch, kvlib.set_language("zh"), in its first cell): its apps and views speak
+    Chinese, from a strip's title and a chip's tooltip to the exercise's button and answer."""
+    from kvlib import tokenization
+
+    page, errors = open_and_run(browser, lab, "zh/02_tokens.ipynb")
+    check_clean(page, errors, "zh/02")
+    check_saved(page, "zh/02_tokens.ipynb")
+    text = "Will will 轩辕家养了一只虎皮鹦鹉，它每天早上都会说“你好”。 🦜"  # the notebook's text, as its app shows it
+    gpt2 = tokenization.gpt2()
+    app = page.locator(".widget-vbox").filter(has=page.locator("textarea")).first
+    assert app.locator(".widget-label").first.inner_text() == "文本"
+    strip = app.locator(".kv-tokens").nth(1)  # the loaded model's own, then GPT-2's
+    assert strip.locator(".kv-title").inner_text() == (f"GPT-2：{len(text)} 个字符（{len(text.encode())} 字节）"
+                                                       f"切成 {len(gpt2.encode(text))} 个 token")
+    piece = tokenization.chunks(gpt2, text)[2]  # the first Chinese character's first byte, with the space before it
+    assert piece.text == " <0xE8>"
+    assert tip(page, strip.locator("[data-id]").nth(2)) == (f"' <0xE8>' · 位置 2\n"
+                                                            f"id {piece.id} · {len(piece.bytes)} 字节: {piece.bytes.hex(' ')}")
+    div = page.locator(".widget-vbox").filter(has_text="提示词 B").first
+    assert "个 token 相同；从第" in div.inner_text()
+    reveal = page.locator("button:has-text('看答案')").first
+    reveal.scroll_into_view_if_needed()
+    reveal.click()
+    page.wait_for_function("() => document.body.innerText.includes('答案：2。')", timeout=30_000)
+    settle(page, errors, "zh/02", "看答案")
+    screenshots(page, "zh-02")
+
+
 def shorter(text):  # the first half of a prompt's words, then another word: the prompts part there
     words = text.split()
     return " ".join(words[:len(words) // 2] + ["elsewhere"])
