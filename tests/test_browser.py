@@ -160,12 +160,17 @@ def test_02_tokens(browser, lab, model):
     assert tokenization.gpt2().encode("Will will") == [8743, 481]
     div = page.locator(".widget-vbox").filter(has_text="Prompt B").first
     check_divergence(page, errors, "02", div, tokenization.for_model(model), lambda a, b: (a, shorter(a)))
-    reveal = page.locator("button:has-text('Show the answer')").first
+    reveal_answer(page, errors, "02", "Show the answer", "Answer: 2.")
+    screenshots(page, "02")
+
+
+def reveal_answer(page, errors, name, button, shown):
+    """Press the first exercise's answer button (its label in the notebook's language); wait for the answer."""
+    reveal = page.locator(f"button:has-text('{button}')").first
     reveal.scroll_into_view_if_needed()
     reveal.click()
-    page.wait_for_function("() => document.body.innerText.includes('Answer: 2.')", timeout=30_000)
-    settle(page, errors, "02", "Show the answer")
-    screenshots(page, "02")
+    page.wait_for_function("(shown) => document.body.innerText.includes(shown)", arg=shown, timeout=30_000)
+    settle(page, errors, name, button)
 
 
 def test_zh_02_tokens(browser, lab, model):
@@ -189,11 +194,7 @@ def test_zh_02_tokens(browser, lab, model):
                                                             f"id {piece.id} · {len(piece.bytes)} 字节: {piece.bytes.hex(' ')}")
     div = page.locator(".widget-vbox").filter(has_text="提示词 B").first
     assert "个 token 相同；从第" in div.inner_text()
-    reveal = page.locator("button:has-text('看答案')").first
-    reveal.scroll_into_view_if_needed()
-    reveal.click()
-    page.wait_for_function("() => document.body.innerText.includes('答案：2。')", timeout=30_000)
-    settle(page, errors, "zh/02", "看答案")
+    reveal_answer(page, errors, "zh/02", "看答案", "答案：2。")
     screenshots(page, "zh-02")
 
 
