@@ -150,9 +150,9 @@ def test_base_modules_import_no_kvlib_module():
     assert not wrong, f"layer 0 imports no kvlib module: {wrong}"
 
 
-def test_the_engine_knows_no_screen():
-    wrong = {name: sorted(imports(name)[1] & SCREEN) for name in layer("engine") if imports(name)[1] & SCREEN}
-    assert not wrong, f"engine modules import screen packages: {wrong}"
+def test_the_core_knows_no_screen():
+    wrong = {name: sorted(imports(name)[1] & SCREEN) for name in layer("core") if imports(name)[1] & SCREEN}
+    assert not wrong, f"core modules import screen packages: {wrong}"
 
 
 def test_the_forward_passes_and_the_cache_import_only_each_other():
