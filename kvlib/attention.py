@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import torch
 
+from . import i18n
 from .errors import KVLibError
 from .kv_cache import causal_mask
 from .llama import rope_angles, rotate
@@ -156,8 +157,8 @@ def show(steps, *names, gap=5):  # toy HeadSteps, part names -> text: the parts 
         "Q": made("Q"), "K": made("K"), "V": made("V"),
         "KT": (f"Kᵀ {_shape(steps.K.T)}", steps.K.T, dims, t, 0),
         "scores": (f"scores = Q·Kᵀ / √{hs} {_shape(steps.scores)}", steps.scores, t, t, 2),
-        "masked": ("masked: −∞ above the diagonal", steps.masked, t, t, 2),
-        "weights": ("weights = softmax of each row", steps.weights, t, t, 2),
+        "masked": (i18n.t("toy.masked"), steps.masked, t, t, 2),
+        "weights": (i18n.t("toy.weights"), steps.weights, t, t, 2),
         "out": (f"out = weights·V {_shape(steps.out)}", steps.out, t, None, 2),
     }
     unknown = [n for n in names if n not in parts]
@@ -245,4 +246,5 @@ def worked_softmax(row, tokens, j):  # one row of masked scores -> "e^a + e^b ..
     total = sum(exps)
     shown = [f"e^{_num(x, 2)}" for x in row.tolist()]
     return (" + ".join(shown) + " = " + " + ".join(_num(e, 2) for e in exps) + f" = {_num(total, 2)}; "
-            f"{tokens[j]!r} gets {_num(exps[j], 2)} / {_num(total, 2)} = {_num(exps[j] / total, 2)}")
+            + i18n.t("toy.gets", token=repr(tokens[j]), part=_num(exps[j], 2), total=_num(total, 2),
+                     weight=_num(exps[j] / total, 2)))

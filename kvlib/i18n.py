@@ -68,4 +68,86 @@ TEXT = {
     "plot.ratios.ylabel": {"en": "tokens, × {baseline}", "zh": "token 数，{baseline}的几倍"},
     "plot.ratios.title": {"en": "The same sentence costs more tokens in some languages (dashed: as many as in {baseline})",
                           "zh": "同一句话，有的语言要多花好几倍 token（虚线：和{baseline}一样多）"},
+    # notebook 04 (attention): the toy's printed parts, the worked step (views/step.js), the attention grid
+    # (views/attention.js) and its explorer
+    "toy.masked": {"en": "masked: −∞ above the diagonal", "zh": "masked：对角线以上换成 −∞"},
+    "toy.weights": {"en": "weights = softmax of each row", "zh": "weights = 每一行做 softmax"},
+    "toy.gets": {"en": "{token} gets {part} / {total} = {weight}", "zh": "{token} 分到 {part} / {total} = {weight}"},
+    "step.q_prefill": {"en": "The last token {me}'s query q: its row of Q, {hs} numbers.",
+                       "zh": "最后一个 token {me} 的查询 q：Q 里它的那一行，{hs} 个数。"},
+    "step.K_prefill": {"en": "K: every token's key, {S} × {hs}, the last token's own included (▶).",
+                       "zh": "K：每个 token 的键，{S} × {hs}，最后一个 token 自己的也在里面（▶）。"},
+    "step.V_prefill": {"en": "V: every token's value, {S} × {hs} (▶ the last token's).",
+                       "zh": "V：每个 token 的值，{S} × {hs}（▶ 是最后一个 token 的）。"},
+    "step.q": {"en": "The new token {me} is fed alone. Its query q is one row of {hs} numbers: what it is looking for.",
+               "zh": "新 token {me} 单独送进模型。它的查询 q 是一行 {hs} 个数：它在找什么。"},
+    "step.K": {"en": "Its key is appended to the {old} cached keys (▶ marks the new row). K is now {S} × {hs}; "
+                     "the older rows were read from the cache, not recomputed.",
+               "zh": "它的键接在缓存里 {old} 个键的后面（▶ 是新的一行）。K 现在是 {S} × {hs}；旧的几行是从缓存里读的，没有重算。"},
+    "step.scores": {"en": "One score per token: q · (its row of K) / √{hs}. For {first}: ({terms}) / {root} = {score}.",
+                    "zh": "每个 token 一个分数：q · （K 里它的那一行）/ √{hs}。{first} 的分数：（{terms}）/ {root} = {score}。"},
+    "step.mask": {"en": "Nothing to hide: {me} is the newest token, so every token in the cache is earlier (or itself). "
+                        "The mask adds 0 to all {S} scores; −∞ would hide a later token, and there is none yet.",
+                  "zh": "没有要遮住的：{me} 是最新的 token，缓存里每个 token 都在它前面（或者就是它自己）。"
+                        "掩码给 {S} 个分数都加 0；−∞ 是用来遮住后面的 token 的，而后面还没有 token。"},
+    "step.mask_prefill": {"en": "Nothing to hide: {me} is the newest token, so every token is earlier (or itself). "
+                                "The mask adds 0 to all {S} scores; −∞ would hide a later token, and there is none yet.",
+                          "zh": "没有要遮住的：{me} 是最后一个 token，每个 token 都在它前面（或者就是它自己）。"
+                                "掩码给 {S} 个分数都加 0；−∞ 是用来遮住后面的 token 的，而后面没有 token。"},
+    "step.weights": {"en": "softmax turns scores into weights that sum to 1: e^score / (sum of all e^score). "
+                           "For {first}: e^{score} / {total} = {weight}.",
+                     "zh": "softmax 把分数变成加起来等于 1 的权重：e^分数 / （所有 e^分数 之和）。"
+                           "{first} 的权重：e^{score} / {total} = {weight}。"},
+    "step.V": {"en": "Its value is appended to the {old} cached values (▶): V is {S} × {hs}. Values are what each token gives.",
+               "zh": "它的值接在缓存里 {old} 个值的后面（▶）：V 是 {S} × {hs}。值是每个 token 交出去的东西。"},
+    "step.out": {"en": "The output mixes V's rows by the weights. Its first number: {terms} = {out}. "
+                       "One row of {hs}, the only new row of this head's output.",
+                 "zh": "输出按权重把 V 的各行混在一起。它的第一个数：{terms} = {out}。"
+                       "一行 {hs} 个数，是这个头的输出里唯一新的一行。"},
+    "step.out_prefill": {"en": "The output mixes V's rows by the weights. Its first number: {terms} = {out}. "
+                               "One row of {hs}, the last row of this head's output.",
+                         "zh": "输出按权重把 V 的各行混在一起。它的第一个数：{terms} = {out}。"
+                               "一行 {hs} 个数，是这个头的输出的最后一行。"},
+    "step.more": {"en": " + … ({count} products)", "zh": " + …（共 {count} 个乘积）"},
+    "step.name_K": {"en": "K (cache + new row)", "zh": "K（缓存 + 新的一行）"},
+    "step.name_V": {"en": "V (cache + new row)", "zh": "V（缓存 + 新的一行）"},
+    "step.name_scores": {"en": "scores = q·Kᵀ / √{hs}", "zh": "分数 scores = q·Kᵀ / √{hs}"},
+    "step.name_mask": {"en": "mask", "zh": "掩码 mask"},
+    "step.name_weights": {"en": "weights = softmax", "zh": "权重 weights = softmax"},
+    "step.name_out": {"en": "out = weights · V", "zh": "输出 out = weights · V"},
+    "step.back": {"en": "◀ Back", "zh": "◀ 上一步"},
+    "step.next": {"en": "Next ▶", "zh": "下一步 ▶"},
+    "step.where": {"en": "part {at} of {parts}: {name}", "zh": "第 {at} 步，共 {parts} 步：{name}"},
+    "step.toy": {"en": "Made-up numbers small enough to check by hand; the real head follows.",
+                 "zh": "这些数是编出来的，小到可以用笔验算；真实的注意力头在后面。"},
+    "step.now": {"en": "  ◀ now", "zh": "  ◀ 当前"},
+    "step.input": {"en": "  input", "zh": "  输入"},
+    "att.title": {"en": "{model}: attention over {tokens} tokens", "zh": "{model}：{tokens} 个 token 的注意力"},
+    "att.head": {"en": "head {head}", "zh": "头 {head}"},
+    "att.mean": {"en": "average of heads", "zh": "各头的平均"},
+    "att.average": {"en": "average", "zh": "平均"},
+    "att.layer": {"en": "layer {layer}", "zh": "第 {layer} 层"},
+    "att.caption": {"en": "Row: the token that looks (query). Column: the token it looks at (key). "
+                          "Each row sums to 1; darker = more weight; hatched = masked (a token cannot look ahead).",
+                    "zh": "行：在看的 token（查询）。列：被看的 token（键）。每一行加起来是 1；颜色越深，权重越大；"
+                          "斜线格是被遮住的（token 不能往后看）。"},
+    "att.pick_layer": {"en": "Layer ", "zh": "层 "},
+    "att.pick_head": {"en": "Head ", "zh": "头 "},
+    "att.corner": {"en": "looks ↓ at →", "zh": "↓ 看 →"},
+    "att.col_tip": {"en": "{token} (position {pos}) is looked at by itself and every later token",
+                    "zh": "{token}（位置 {pos}）被它自己和后面的每个 token 看"},
+    "att.row_tip_one": {"en": "{token} (position {pos}) looks at 1 token: itself and every earlier one",
+                        "zh": "{token}（位置 {pos}）只看 1 个 token：它自己"},
+    "att.row_tip": {"en": "{token} (position {pos}) looks at {count} tokens: itself and every earlier one",
+                    "zh": "{token}（位置 {pos}）看 {count} 个 token：它自己和前面的每一个"},
+    "att.masked_tip": {"en": "{query} cannot look at {key}: it comes later", "zh": "{query} 不能看 {key}：它在后面"},
+    "att.masked_why": {"en": "masked: score −∞, weight 0", "zh": "被遮住：分数 −∞，权重 0"},
+    "att.cell_tip": {"en": "{query} looks at {key}: {weight}", "zh": "{query} 看 {key}：{weight}"},
+    "att.where": {"en": "layer {layer}, {head}", "zh": "第 {layer} 层，{head}"},
+    "att.step": {"en": "step {step} of {last}: {tokens} tokens", "zh": "第 {step} 步，共 {last} 步：{tokens} 个 token"},
+    "att.loading": {"en": "loading layer {layer}…", "zh": "正在载入第 {layer} 层…"},
+    "att.set_aside": {"en": "layer {layer} was set aside to stay small: pick it again to load it",
+                      "zh": "为了让页面小一点，第 {layer} 层没有先送过来：再选一次它就会载入"},
+    "att.aloud": {"en": "Layer {layer}, {head}: the last token {last} gives most weight to {top} ({weight}).",
+                  "zh": "第 {layer} 层，{head}：最后一个 token {last} 把最多的权重给了 {top}（{weight}）。"},
 }

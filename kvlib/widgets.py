@@ -258,7 +258,7 @@ class AttentionExplorer(App):
 
     def __init__(self, model, text="Mary had a little lamb, its fleece was white as snow", layer=0, head=0):
         self.model, self.layer, self.head = model, layer, head
-        self.text = W.Text(value=text, description="Text", layout=W.Layout(width="60%"), continuous_update=False)
+        self.text = W.Text(value=text, description=t("app.text"), layout=W.Layout(width="60%"), continuous_update=False)
         self.message, self.grid = W.HTML(), None
         self.text.observe(lambda _: self.run(), names="value")
         super().__init__([self.text, self.message])

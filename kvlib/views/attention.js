@@ -14,13 +14,14 @@ function render({ model, el }) {
   const { root, tip, body, redrawn, cleanup } = KV.frame(model, el, "att");
   let step = model.get("step"), layer = model.get("layer"), head = model.get("head"), shown = step;
   const last = () => model.get("tokens").length - model.get("prompt_len");  // the last step
-  const headName = (h) => (h === "mean" ? "average of heads" : `head ${h}`);
+  const say = (key, values) => KV.fill(model.get("words")[key], values);  // labels in the notebook's language
+  const headName = (h) => (h === "mean" ? say("mean") : say("head", { head: h }));
 
   // the controls, built once; draw() updates what they show
   const steps = KV.stepper(last, () => step, (s) => { step = s; draw(); }, 1200);
   const stepText = KV.h("span", { class: "kv-att-steptext" });
   const layerSel = KV.h("select", { class: "kv-att-layer", onchange: (e) => { layer = +e.target.value; draw(true); } },
-    model.get("weights").map((_, l) => KV.h("option", { value: l }, `layer ${l}`)));
+    model.get("weights").map((_, l) => KV.h("option", { value: l }, say("layer", { layer: l }))));
   const nHead = () => model.get("weights").find((w) => w)?.length ?? 0;
   const headSel = KV.h("select", { class: "kv-att-head", onchange: (e) => pickHead(e.target.value) },
     [...Array(nHead()).keys()].map((h) => KV.h("option", { value: h }, headName(h))),
@@ -31,9 +32,9 @@ function render({ model, el }) {
   const stepping = KV.h("span", { class: "kv-controls" }, steps.el, stepText);
   body.replaceChildren(
     KV.h("div", { class: "kv-title" }, model.get("title")),
-    KV.h("div", { class: "kv-caption" }, "Row: the token that looks (query). Column: the token it looks at (key). " +
-      "Each row sums to 1; darker = more weight; hatched = masked (a token cannot look ahead)."),
-    KV.h("div", { class: "kv-controls" }, stepping, KV.h("label", {}, "Layer ", layerSel), KV.h("label", {}, "Head ", headSel)),
+    KV.h("div", { class: "kv-caption" }, say("caption")),
+    KV.h("div", { class: "kv-controls" }, stepping, KV.h("label", {}, say("pick_layer"), layerSel),
+         KV.h("label", {}, say("pick_head"), headSel)),
     thumbs, grid, aloud, note);
 
   function pickHead(v) { head = v === "mean" ? "mean" : +v; draw(); }
@@ -49,24 +50,25 @@ function render({ model, el }) {
     for (let i = 0; i < n; i++) for (let j = 0; j <= i; j++) { g.fillStyle = KV.heat(w[i][j], 1); g.fillRect(j, i, 1, 1); }
     return KV.h("button", { type: "button", class: "kv-att-thumb" + (h === head ? " kv-selected" : ""),
                             "aria-pressed": String(h === head), onclick: () => pickHead(String(h)) },
-      c, KV.h("span", {}, h === "mean" ? "average" : `head ${h}`));
+      c, KV.h("span", {}, h === "mean" ? say("average") : say("head", { head: h })));
   }
 
   function table(w, n, tokens, link) {  // the grid of the first n tokens: w [n][n]
     const dense = n > DENSE;
     const q = (i) => KV.quoted(tokens[i]);
-    const colRow = KV.h("tr", {}, KV.h("th", { class: "kv-corner" }, "looks ↓ at →"),
+    const colRow = KV.h("tr", {}, KV.h("th", { class: "kv-corner" }, say("corner")),
       tokens.slice(0, n).map((t, j) => KV.hoverable(KV.h("th", { class: "kv-att-col", dataset: { col: j } }, KV.label(t)),
-        tip, () => `${q(j)} (position ${j}) is looked at by itself and every later token`, link, j)));
+        tip, () => say("col_tip", { token: q(j), pos: j }), link, j)));
     const rows = w.slice(0, n).map((row, i) => KV.h("tr", { class: "kv-att-row" + (step > 0 && i === n - 1 ? " kv-new" : ""),
                                                         dataset: { pos: i } },
       KV.hoverable(KV.h("th", { class: "kv-rowhead", dataset: { pos: i } }, (step > 0 && i === n - 1 ? "▶ " : "") + KV.label(tokens[i])),
-        tip, () => `${q(i)} (position ${i}) looks at ${i + 1} token${i ? "s" : ""}: itself and every earlier one`, link, i),
+        tip, () => say(i ? "row_tip" : "row_tip_one", { token: q(i), pos: i, count: i + 1 }), link, i),
       row.slice(0, n).map((v, j) => KV.hoverable(
         j > i ? KV.h("td", { class: "kv-att-cell kv-masked", dataset: { col: j } })
               : KV.h("td", { class: "kv-att-cell", dataset: { col: j }, style: { background: KV.heat(v, 1) } }, dense ? "" : KV.num(v, 2)),
-        tip, () => (j > i ? [`${q(i)} cannot look at ${q(j)}: it comes later`, "masked: score −∞, weight 0"]
-                          : [`${q(i)} looks at ${q(j)}: ${KV.num(v, 3)}`, `layer ${layer}, ${headName(head)}`]),
+        tip, () => (j > i ? [say("masked_tip", { query: q(i), key: q(j) }), say("masked_why")]
+                          : [say("cell_tip", { query: q(i), key: q(j), weight: KV.num(v, 3) }),
+                             say("where", { layer, head: headName(head) })]),
         link, i))));
     return KV.h("table", { class: "kv-table kv-att-grid" + (dense ? " kv-dense" : "") },
       KV.h("thead", {}, colRow), KV.h("tbody", {}, rows));
@@ -78,7 +80,7 @@ function render({ model, el }) {
     Object.assign(root.dataset, { step, layer, head });
     stepping.style.display = last() ? "" : "none";  // nothing to step: the whole text at once
     steps.show(step);
-    stepText.textContent = `step ${step} of ${last()}: ${n} tokens`;
+    stepText.textContent = say("step", { step, last: last(), tokens: n });
     layerSel.value = layer;
     headSel.value = head;
     const notes = model.get("notes");
@@ -86,7 +88,7 @@ function render({ model, el }) {
     if (!heads) {  // a layer the kernel did not send: ask for it once (change:weights draws it)
       if (ask) { model.set("layer", layer); model.save_changes(); }
       grid.replaceChildren(KV.h("div", { class: "kv-note" }, ask || model.get("layer") === layer
-        ? `loading layer ${layer}…` : `layer ${layer} was set aside to stay small: pick it again to load it`));
+        ? say("loading", { layer }) : say("set_aside", { layer })));
       thumbs.replaceChildren();
       aloud.textContent = "";
       return;
@@ -98,8 +100,8 @@ function render({ model, el }) {
     shown = step;
     thumbs.replaceChildren(...heads.map((hw, h) => thumb(hw, n, h)), thumb(mean, n, "mean"));
     const top = w[n - 1].slice(0, n).reduce((b, v, j, r) => (v > r[b] ? j : b), 0);
-    aloud.textContent = `Layer ${layer}, ${headName(head)}: the last token ${KV.quoted(tokens[n - 1])} gives most ` +
-                        `weight to ${KV.quoted(tokens[top])} (${KV.num(w[n - 1][top], 2)}).`;
+    aloud.textContent = say("aloud", { layer, head: headName(head), last: KV.quoted(tokens[n - 1]),
+                                       top: KV.quoted(tokens[top]), weight: KV.num(w[n - 1][top], 2) });
   }
 
   draw();

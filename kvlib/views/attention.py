@@ -13,6 +13,7 @@ import reprlib
 import traitlets as T
 
 from ..errors import KVLibError, is_count
+from ..i18n import t
 from ..trace import Trace
 from .base import MAX_STATE_BYTES, View, check_model, layer_head, link_for, module, prompt_ids, rounded
 
@@ -27,6 +28,7 @@ def mean_of_heads(layer):  # [n_head][n][n] -> [n][n]
 
 class AttentionGrid(View):
     _esm = module("attention.js")
+    WORDS = "att"
     title = T.Unicode("").tag(sync=True)
     tokens = T.List().tag(sync=True)       # the whole sequence, one string per token
     weights = T.List().tag(sync=True)      # [L][n_head][T][T], 3 decimals; None for a layer not sent (yet)
@@ -61,7 +63,7 @@ class AttentionGrid(View):
             raise KVLibError(f"trace= takes the Trace of this very run: {c.n_layer} layers of weights "
                              f"{(c.n_head, n, n)} (heads, tokens, tokens) for these {n} tokens; got {got}")
         tokens = [model.decode([i]) for i in ids]
-        view = cls(title=f"{model.name}: attention over {len(tokens)} tokens" if title is None else title,
+        view = cls(title=t("att.title", model=model.name, tokens=len(tokens)) if title is None else title,
                    tokens=tokens, prompt_len=int(prompt_len), notes=list(notes), head=head,
                    link=link or link_for(tokens[:prompt_len]))
         view._weights = [t.weights.cpu() for t in trace.layers]  # [n_head, T, T] per layer, sent on demand

@@ -44,6 +44,8 @@ const KV = (() => {
   const absMax = (xs) => xs.reduce((m, x) => Math.max(m, Math.abs(x)), 1e-9);  // no spread: 100k+ numbers
   const int = (n) => n.toLocaleString("en-US");
   const plural = (n, word) => `${int(n)} ${word}${n === 1 ? "" : "s"}`;
+  // a label from the view's words (kvlib.i18n), its {names} filled from values: the JS holds no language
+  const fill = (text, values = {}) => text.replace(/\{(\w+)\}/g, (all, k) => (k in values ? values[k] : all));
 
   // blue for negative, orange for positive (both readable by the colour-blind); strength = |v| / max
   function heat(v, max) {
@@ -186,6 +188,6 @@ const KV = (() => {
     return { root, tip, body, redrawn, cleanup: stop };
   }
 
-  return { PALETTE, TINTS, h, s, label, quoted, num, absMax, int, plural, heat, ink, hover, onHover, light, tooltip, hoverable,
+  return { PALETTE, TINTS, h, s, label, quoted, num, absMax, int, plural, fill, heat, ink, hover, onHover, light, tooltip, hoverable,
            fold, matrix, button, stepper, frame };
 })();

@@ -27,6 +27,7 @@ def attend(q, K, V):  # q [1, hs], K and V [S, hs] -> scores, mask, weights [1, 
 
 class DecodeStep(View):
     _esm = module("step.js")
+    WORDS = "step"
     title = T.Unicode().tag(sync=True)
     toy = T.Bool(False).tag(sync=True)
     prefill = T.Bool(False).tag(sync=True)  # the last row of a prefill (every row computed at once), not a cached step
