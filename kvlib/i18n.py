@@ -122,6 +122,13 @@ TEXT = {
                  "zh": "这些数是编出来的，小到可以用笔验算；真实的注意力头在后面。"},
     "step.now": {"en": "  ◀ now", "zh": "  ◀ 当前"},
     "step.input": {"en": "  input", "zh": "  输入"},
+    "step.summary_mask": {"en": "  (all 0: the newest token may read every token, so nothing is hidden)",
+                          "zh": "  （全是 0：最新的 token 可以读每一个 token，没有要遮住的）"},
+    "att.summary": {"en": "layer {layer}, {which}: each row is a token looking at itself and the tokens before it; "
+                          "its weights sum to 1",
+                    "zh": "第 {layer} 层，{which}：每一行是一个 token 在看它自己和它前面的 token；一行权重加起来是 1"},
+    "att.summary_mean": {"en": "mean of heads", "zh": "各头的平均"},
+    "att.summary_top": {"en": "the last token {last} looks most at {top}", "zh": "最后一个 token {last} 看得最多的是 {top}"},
     "att.title": {"en": "{model}: attention over {tokens} tokens", "zh": "{model}：{tokens} 个 token 的注意力"},
     "att.head": {"en": "head {head}", "zh": "头 {head}"},
     "att.mean": {"en": "average of heads", "zh": "各头的平均"},

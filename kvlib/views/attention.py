@@ -86,14 +86,13 @@ class AttentionGrid(View):
     def summary(self):
         layer = self.weights[self.layer]
         grid = mean_of_heads(layer) if self.head == "mean" else layer[self.head]
-        which = "mean of heads" if self.head == "mean" else f"head {self.head}"
-        lines = [self.title, f"layer {self.layer}, {which}: each row is a token looking at itself and the "
-                             f"tokens before it; its weights sum to 1"]
+        which = t("att.summary_mean") if self.head == "mean" else t("att.head", head=self.head)
+        lines = [self.title, t("att.summary", layer=self.layer, which=which)]
         if len(grid) <= 14:
             lines += [f"{t!r:>14} " + " ".join(f"{w:.2f}" for w in row[:i + 1])
                       for i, (t, row) in enumerate(zip(self.tokens, grid))]
         else:
             top = sorted(range(len(grid)), key=lambda j: -grid[-1][j])[:3]
-            lines.append(f"the last token {self.tokens[-1]!r} looks most at "
-                         + ", ".join(f"{self.tokens[j]!r} {grid[-1][j]:.2f}" for j in top))
+            lines.append(t("att.summary_top", last=repr(self.tokens[-1]),
+                           top=", ".join(f"{self.tokens[j]!r} {grid[-1][j]:.2f}" for j in top)))
         return "\n".join(lines + [f"step {s}: {note}" for s, note in enumerate(self.notes)])

@@ -15,6 +15,7 @@ import traitlets as T
 from ..attention import toy_cached_step
 from ..cache_evidence import cached_step
 from ..errors import KVLibError
+from ..i18n import t
 from .base import View, check_model, layer_head, link_for, module, numbers, prompt_ids, rounded
 
 PARTS = ["q", "K", "scores", "mask", "weights", "V", "out"]
@@ -85,7 +86,7 @@ class DecodeStep(View):
             # the last row is the new token's (K and V): never cut it; cut the middle of a long cache instead
             shown = [row_text(r) for r in rows] if len(rows) <= 6 else \
                 [*map(row_text, rows[:2]), f"… {len(rows) - 3} rows …", row_text(rows[-1])]
-            note = "  (all 0: the newest token may read every token, so nothing is hidden)" \
+            note = t("step.summary_mask") \
                 if name == "mask" and not any(x for r in rows for x in r) else ""
             lines.append(f"{name} ({len(rows)} × {len(rows[0])}): " + " | ".join(shown) + note)
         return "\n".join(lines)
