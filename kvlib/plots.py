@@ -147,7 +147,7 @@ def projection(coords, words, labels, title):
         ax.scatter(*coords[idx].T, color=colour, marker=MARKERS[k % len(MARKERS)], label=family, s=40, alpha=0.8)
         for i in idx:
             ax.annotate(words[i], coords[i], xytext=(3, 3), textcoords="offset points", fontsize=8, color=colour)
-    ax.set_xlabel("component 1"), ax.set_ylabel("component 2")
+    ax.set_xlabel(t("plot.projection.x")), ax.set_ylabel(t("plot.projection.y"))
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # beside the plot, never over a word
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
@@ -161,8 +161,8 @@ def similarity_by_distance(sims, title):
     fig = Figure(figsize=(8, 3.2))
     ax = fig.add_subplot()
     ax.plot(np.arange(1, len(sims) + 1), sims, color="#3d85c6", lw=2)
-    ax.axhline(0, color="#999999", ls="--", label="0: unrelated directions")
-    ax.set_xlabel("distance between the two positions"), ax.set_ylabel("mean cosine similarity")
+    ax.axhline(0, color="#999999", ls="--", label=t("plot.distance.zero"))
+    ax.set_xlabel(t("plot.distance.x")), ax.set_ylabel(t("plot.distance.y"))
     ax.set_title(title, fontsize=10), ax.grid(alpha=0.3), ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -286,8 +286,8 @@ def separation_curves(curves, chance, title):
     for k, (name, scores) in enumerate(curves.items()):
         dims = range(1, len(scores) + 1)
         ax.plot(dims, scores, marker="o", label=name, color=FAMILY_COLOURS[k % len(FAMILY_COLOURS)])
-    ax.axhline(chance, color="#999999", ls="--", label=f"chance ({chance:.0%})")
-    ax.set_xlabel("dimensions kept (PCA)"), ax.set_ylabel("words nearest their own family")
+    ax.axhline(chance, color="#999999", ls="--", label=t("plot.separation.chance", chance=f"{chance:.0%}"))
+    ax.set_xlabel(t("plot.separation.x")), ax.set_ylabel(t("plot.separation.y"))
     ax.set_ylim(0, 1.05), ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
     ax.set_title(title, fontsize=10), ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
@@ -306,7 +306,7 @@ def widths(dims_by_name, title):
     for i, d in enumerate(dims):
         ax.text(d, i, f" {d:,}", va="center", fontsize=8)
     ax.invert_yaxis(), ax.set_xlim(0, max(dims) * 1.12)
-    ax.set_xlabel("numbers per token (n_embd)"), ax.set_title(title, fontsize=10)
+    ax.set_xlabel(t("plot.widths.x")), ax.set_title(title, fontsize=10)
     ax.spines[["right", "top"]].set_visible(False)
     fig.tight_layout()
     return fig

@@ -195,8 +195,9 @@ class Lookup(App):
 
     def __init__(self, model, text="Mary had a little lamb"):
         self.model = model
-        self.text = W.Text(value=text, description="Text", continuous_update=False)
-        self.mode = W.ToggleButtons(options=["token ids", "embedding rows"], value="token ids")
+        self.text = W.Text(value=text, description=t("app.text"), continuous_update=False)
+        self.mode = W.ToggleButtons(options=[(t("lookup.ids"), "token ids"), (t("lookup.rows"), "embedding rows")],
+                                    value="token ids")
         self.info, self.view = W.HTML(), None
         self.text.observe(lambda _: self.update(), names="value")
         self.mode.observe(lambda _: self.update(), names="value")
@@ -217,12 +218,11 @@ class Lookup(App):
         ids = self.model.check_ids(self.text.value).tolist()
         if self.mode.value == "token ids":
             return "", TokenStrip.of(self.model, self.text.value,
-                                     title=f"{len(ids)} token ids, each a row number in the embedding table")
+                                     title=t("lookup.strip", ids=len(ids)))
         table, rows = embeddings.table(self.model), embeddings.lookup(self.model, ids).cpu()
-        info = (f"{len(ids)} rows picked from the table of shape {tuple(table.shape)} "
-                f"(vocabulary × dimensions, {table.numel():,} parameters): the result has shape "
-                f"{tuple(rows.shape)}. Hover a row for all its numbers.")
-        return info, Matrix.of(rows, [self.model.decode([i]) for i in ids], "embedding rows (one per token)")
+        info = t("lookup.info", ids=len(ids), shape=tuple(table.shape), numbers=f"{table.numel():,}",
+                 rows=tuple(rows.shape))
+        return info, Matrix.of(rows, [self.model.decode([i]) for i in ids], t("lookup.matrix"))
 
 
 class EmbeddingSpace(App):
@@ -232,7 +232,7 @@ class EmbeddingSpace(App):
     def __init__(self, model, dims=1):
         self.model, self.families = model, embeddings.word_families(model)
         self.view = EmbeddingMap.of(model, self.families, dims)
-        self.word = W.Text(value="king", description="Neighbours of", continuous_update=False,
+        self.word = W.Text(value="king", description=t("space.word"), continuous_update=False,
                            style={"description_width": "initial"})
         self.neighbour_view = W.HTML()
         self.word.observe(lambda _: self.update_neighbours(), names="value")
@@ -244,10 +244,10 @@ class EmbeddingSpace(App):
             word, pairs = self.word.value.strip(), embeddings.neighbours(self.model, self.word.value)
             token = self.model.decode([embeddings.token_of(self.model, word)])
             # a word the tokenizer splits is looked up by its first piece: say so, or 'M' passes for 'Montague'
-            split = "" if token.strip() == word else f" (the first piece of {word!r}, which the tokenizer splits)"
-            self.neighbour_view.value = (f"nearest tokens to <code>{html.escape(repr(token))}</code>{html.escape(split)}"
-                                         " (cosine similarity): " + ", ".join(
-                                             f"<code>{html.escape(repr(t))}</code> {s:.2f}" for t, s in pairs))
+            split = "" if token.strip() == word else t("space.split", word=repr(word))
+            self.neighbour_view.value = (t("space.nearest", token=f"<code>{html.escape(repr(token))}</code>",
+                                           split=html.escape(split)) + ", ".join(
+                                             f"<code>{html.escape(repr(tok))}</code> {s:.2f}" for tok, s in pairs))
         except ValueError as e:
             self.neighbour_view.value = _error(e)
 

@@ -245,7 +245,7 @@ def test_03_embeddings(browser, lab, model, smollm2):
     from kvlib.views import EmbeddingMap
 
     sent = EmbeddingMap.of(smollm2)  # what the kernel sends the browser: words, families, scores
-    n = len(sent.words)
+    n = len(sent.tokens)
     page, errors = open_and_run(browser, lab, "03_embeddings.ipynb")
     check_clean(page, errors, "03")
     check_saved(page, "03_embeddings.ipynb")
@@ -271,7 +271,7 @@ def test_03_embeddings(browser, lab, model, smollm2):
         shot(page, f"03-space-{dims}D")
     for i in (0, n // 2, n - 1):  # in 1D no point covers another: hover each for the kernel's word and family
         assert tip(page, view.locator(f".kv-point[data-pos='{i}']")).startswith(
-            f"{sent.words[i]!r} · {sent.labels[i]} · id {sent.ids[i]}")
+            f"{sent.tokens[i]!r} · {sent.labels[i]} · id {sent.ids[i]}")
     view.locator("button[data-dims='3']").click()
     picture = view.locator("svg.kv-map")
 
@@ -357,6 +357,36 @@ def check_typed_exercise(page, errors, id, right, wrong):
     settle(page, errors, id, "Show the answer")
 
 
+def test_zh_03_embeddings(browser, lab, model, smollm2):
+    """The Chinese notebook 3: the lookup's switch, the map's title, controls, score, legend and a point's
+    tooltip in Chinese, around the model's own English tokens."""
+    import kvlib
+    from kvlib.views import EmbeddingMap
+
+    kvlib.set_language("zh")
+    try:
+        sent = EmbeddingMap.of(smollm2)  # what the Chinese notebook's kernel sends: its families named in Chinese
+    finally:
+        kvlib.set_language("en")
+    n = len(sent.tokens)
+    page, errors = open_and_run(browser, lab, "zh/03_embeddings.ipynb")
+    check_clean(page, errors, "zh/03")
+    check_saved(page, "zh/03_embeddings.ipynb")
+    body = page.locator("body").inner_text()
+    assert "个 token id，每个都是嵌入表里的一个行号" in body and "嵌入行" in body  # the lookup and its switch
+    view = page.locator(".kv-embedding").first
+    view.scroll_into_view_if_needed()
+    assert view.locator(".kv-title").inner_text() == f"smollm2 的 {n} 个 token 嵌入（576 维），用 PCA 投影"
+    assert "投影到" in view.inner_text() and "亲属和爵位" in view.locator(".kv-legend").inner_text()
+    assert no_kernel_request(page, lambda: view.locator("button[data-dims='2']").click()) == 0
+    assert f"在 2D 里，{n} 个词中有 {round(sent.scores[1] * n)} 个" in view.inner_text()
+    king = sent.tokens.index(" king")
+    assert tip(page, view.locator(f".kv-point[data-pos='{king}']")).startswith(f"' king' · 亲属和爵位 · id {sent.ids[king]}")
+    assert "主成分 2 ↑" in view.locator("svg.kv-map").text_content()
+    reveal_answer(page, errors, "zh/03", "看答案", f"答案：{model.config.vocab_size * model.config.n_embd}。")
+    screenshots(page, "zh-03")
+
+
 def test_04_attention(browser, lab, model, smollm2):
     import kvlib
     from kvlib import attention
@@ -424,6 +454,42 @@ def test_04_attention(browser, lab, model, smollm2):
     assert len(folded) == steps.Q.shape[1] - 8
     settle(page, errors, "04", "switching layers and heads, hovering")
     screenshots(page, "04")
+
+
+def test_zh_04_attention(browser, lab, model, smollm2):
+    """The Chinese notebook 4: the toy's English tokens with Chinese words around them, the worked step and the
+    attention explorer in Chinese (their buttons, explanations, menus, tooltips and the row read aloud)."""
+    import kvlib
+    from kvlib import attention, exercises
+
+    king = "The king is dead, long live the"
+    trace = kvlib.Trace()
+    smollm2.forward(smollm2.encode(king), trace=trace)
+    tokens = [smollm2.decode([i]) for i in smollm2.encode(king)]
+    page, errors = open_and_run(browser, lab, "zh/04_attention.ipynb")
+    check_clean(page, errors, "zh/04")
+    check_saved(page, "zh/04_attention.ipynb")
+    body = page.locator("body").inner_text()
+    assert "' dead' 的输出有 54% 来自 ' king'" in body and "' king' 分到 2.03 / 3.76 = 0.54" in body
+    toy = page.locator(".kv-step").first
+    toy.scroll_into_view_if_needed()
+    assert no_kernel_request(page, lambda: toy.locator("button", has_text="下一步").click()) == 0
+    assert toy.get_attribute("data-part") == "K" and "每个 token 的键，4 × 2" in toy.locator(".kv-explain").inner_text()
+    assert "第 2 步，共 7 步" in toy.inner_text()
+    view = page.locator(".kv-att").nth(1)  # the explorer's grid
+    view.scroll_into_view_if_needed()
+    assert "行：在看的 token（查询）" in view.inner_text()
+    view.locator("select.kv-att-layer").select_option(label="第 10 层")
+    view.locator("select.kv-att-head").select_option(label="头 1")
+    _, top, most = attention.most_attended(trace.layers[10].weights[1, -1], tokens)
+    said = re.search(r"第 10 层，头 1：最后一个 token ' the' 把最多的权重给了 (.+)（(\d\.\d\d)）。", view.inner_text())
+    assert said and said.group(1) == repr(top) and abs(float(said.group(2)) - most) <= 0.0056, said  # 3 decimals, shown to 2
+    first, second = tip(page, view.locator("tr.kv-att-row[data-pos='3'] td[data-col='1']")).splitlines()
+    assert first.startswith(f"{tokens[3]!r} 看 {tokens[1]!r}：") and second == "第 10 层，头 1"
+    assert tip(page, view.locator("tr.kv-att-row[data-pos='1'] td[data-col='2']")).startswith(f"{tokens[1]!r} 不能看")
+    answer = exercises.REGISTRY["04.masked_weights"].answer(model)
+    reveal_answer(page, errors, "zh/04", "看答案", f"答案：{answer}。")
+    screenshots(page, "zh-04")
 
 
 def test_a_long_prompts_grid_fetches_a_layer_once(browser, lab, smollm2):

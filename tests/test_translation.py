@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import kvlib
-from kvlib import exercises, i18n, tokenization, widgets
+from kvlib import embeddings, exercises, i18n, tokenization, widgets
 
 REPO = Path(__file__).parent.parent
 sys.path.insert(0, str(REPO / "tools"))
@@ -153,3 +153,21 @@ def test_the_token_apps_speak_chinese_and_english(tiny, zh):
     i18n.set_language("en")
     assert widgets.Tokens(tiny, "Will").strips[1].words["position"] == "position"
     assert tokenization.for_model(tiny).name == "tiny (the loaded model)"
+
+
+def test_the_embedding_map_and_its_app_speak_chinese_and_english(tiny, zh):
+    app = widgets.EmbeddingSpace(tiny)
+    families = embeddings.word_families(tiny)
+    assert set(app.view.labels) == {i18n.t("family." + f) for f in families} and "亲属和爵位" in app.view.labels
+    assert app.view.words["project"] == "投影到 " and app.word.description == "找近邻"
+    assert app.neighbour_view.value.startswith("离 <code>&#x27; king&#x27;</code> 最近的 token（余弦相似度）：")
+    lookup = widgets.Lookup(tiny, "The king")
+    assert [label for label, _ in lookup.mode.options] == ["token id", "嵌入行"]
+    lookup.mode.value = "embedding rows"
+    assert lookup.info.value.startswith("从形状为 (") and lookup.view.title == "嵌入行（每个 token 一行）"
+    i18n.set_language("en")
+    assert widgets.EmbeddingSpace(tiny).view.labels[0] == next(iter(families))  # English: the families' own names
+
+
+def test_every_family_of_words_has_its_names():
+    assert all("family." + f in i18n.TEXT for f in embeddings.WORD_FAMILIES)

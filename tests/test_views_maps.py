@@ -48,7 +48,7 @@ def test_embedding_map_sends_the_tokens_their_projection_and_scores(model):
     ids = [i for members in fams.values() for _, i in members]
     labels = [f for f, members in fams.items() for _ in members]
     assert view.ids == ids and view.labels == labels and len(set(labels)) == len(fams) >= 4
-    assert view.words == [model.decode([i]) for i in ids]  # the model's own tokens
+    assert view.tokens == [model.decode([i]) for i in ids]  # the model's own tokens
     assert all(model.encode(" " + w) == [i] for members in fams.values() for w, i in members)
     coords = pca_by_hand(embeddings.table(model)[ids].float().numpy(), 3)  # the checkpoint's own rows
     assert same_up_to_sign(view.coords, coords) < 1e-4  # rounded to 4 decimals, from float32

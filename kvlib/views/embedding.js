@@ -1,6 +1,6 @@
 // View 5: an embedding map. Families of tokens in 1, 2 or 3 dimensions (PCA), each family a colour AND a
 // marker shape; a word shows on hover. 1D / 2D / 3D switch here; 3D turns by dragging or by the arrow keys
-// (orthographic, the nearest points drawn last). Points carry data-pos (their index in `words`).
+// (orthographic, the nearest points drawn last). Points carry data-pos (their index in `tokens`).
 
 const SHAPES = [  // marker outlines around (0, 0), about 13 px across
   "M6.5,0A6.5,6.5 0 1,1 -6.5,0A6.5,6.5 0 1,1 6.5,0Z",                         // circle
@@ -35,15 +35,16 @@ function stack(xs, gap = 14) {
 function render({ model, el }) {
   const { tip, body, cleanup } = KV.frame(model, el, "embedding");
   let dims = model.get("dims"), yaw = 0.6, pitch = 0.35, drag = null;
+  const say = (key, values) => KV.fill(model.get("words")[key], values);  // labels in the notebook's language
   // built once, filled by draw(): the picture keeps its focus and pointer capture while it turns
   const title = KV.h("div", { class: "kv-title" }), hint = KV.h("span", { class: "kv-caption" });
   const score = KV.h("div", { class: "kv-score" }), legend = KV.h("div", { class: "kv-legend" });
   const svg = KV.s("svg", { class: "kv-map", tabindex: 0, role: "img" });
   const buttons = [1, 2, 3].map((d) => KV.button(`${d}D`, () => { dims = d; draw(); }, { dataset: { dims: d } }));
-  body.append(title, KV.h("div", { class: "kv-controls" }, "Project to ", buttons, hint), score, legend, svg);
+  body.append(title, KV.h("div", { class: "kv-controls" }, say("project"), buttons, hint), score, legend, svg);
 
   const draw = () => {
-    const words = model.get("words"), ids = model.get("ids"), labels = model.get("labels");
+    const words = model.get("tokens"), ids = model.get("ids"), labels = model.get("labels");
     const coords = model.get("coords"), scores = model.get("scores"), link = model.get("link");
     const families = [...new Set(labels)], fam = (i) => families.indexOf(labels[i]);
     let h = dims === 1 ? H1 : H;
@@ -74,11 +75,11 @@ function render({ model, el }) {
       ? [0, 1, 2].map((k) => {
           const [dx, dy] = turn([0, 1, 2].map((j) => Number(j === k)), yaw, pitch), len = h / 2 - PAD;
           const [ex, ey] = [cx + len * dx, cy - len * dy];
-          return axis(2 * cx - ex, 2 * cy - ey, ex, ey, `component ${k + 1}`, ex, ey + (dy >= 0 ? -6 : 16),
+          return axis(2 * cx - ex, 2 * cy - ey, ex, ey, say("component", { k: k + 1 }), ex, ey + (dy >= 0 ? -6 : 16),
                       dx >= 0 ? "start" : "end");
         })
-      : [axis(4, cy, W - 4, cy, "component 1 →", W - 6, h - 8, "end"),  // names in the margin, clear of points
-         dims === 2 ? axis(cx, 4, cx, h - 4, "component 2 ↑", 6, 16, "start") : null];
+      : [axis(4, cy, W - 4, cy, say("axis_x"), W - 6, h - 8, "end"),  // names in the margin, clear of points
+         dims === 2 ? axis(cx, 4, cx, h - 4, say("axis_y"), 6, 16, "start") : null];
 
     // points, the farthest first (3D), so the nearer ones are drawn over them
     const order = placed.map((_, i) => i).sort((i, j) => placed[i][2] - placed[j][2]);
@@ -91,22 +92,22 @@ function render({ model, el }) {
           KV.s("path", { d: SHAPES[fam(i) % SHAPES.length], fill: KV.PALETTE[fam(i) % KV.PALETTE.length],
                          transform: `scale(${(1 + 0.18 * near).toFixed(2)})` })),
         tip, () => [`${KV.quoted(words[i])} · ${labels[i]} · id ${ids[i]}`,
-                    coords[i].slice(0, dims).map((v, k) => `component ${k + 1}: ${KV.num(v, 3)}`).join("   ")],
+                    coords[i].slice(0, dims).map((v, k) => `${say("component", { k: k + 1 })}: ${KV.num(v, 3)}`).join("   ")],
         link, i);
     });
     svg.setAttribute("viewBox", `0 0 ${W} ${h}`);
     svg.setAttribute("width", W);
     svg.setAttribute("height", h);
-    svg.setAttribute("aria-label", `${words.length} words in ${dims}D` + (dims === 3 ? ": drag or press the arrow keys to turn" : ""));
+    svg.setAttribute("aria-label", say("aria", { count: words.length, dims }) + (dims === 3 ? say("aria_turn") : ""));
     svg.replaceChildren(...axes.filter(Boolean), ...points);
 
     buttons.forEach((b, k) => b.setAttribute("aria-pressed", String(k + 1 === dims)));
     title.textContent = model.get("title");
-    hint.textContent = dims === 3 ? "  drag the picture, or click it and press ← → ↑ ↓, to turn it" : "  hover a point for its word";
+    hint.textContent = say(dims === 3 ? "hint_turn" : "hint_hover");
     const hits = Math.round(scores[dims - 1] * words.length);
-    score.replaceChildren(`In ${dims}D, `, KV.h("b", {}, `${hits} of the ${words.length} words`),
-      ` (${Math.round(scores[dims - 1] * 100)}%) sit nearest their own family's centre (${families.length} families; ` +
-      `guessing: ${Math.round(100 / families.length)}%).`);
+    score.replaceChildren(say("score_in", { dims }), KV.h("b", {}, say("score_hits", { hits, count: words.length })),
+      say("score_rest", { share: Math.round(scores[dims - 1] * 100), families: families.length,
+                          guess: Math.round(100 / families.length) }));
     legend.replaceChildren(...families.map((f, k) => KV.h("span", { class: "kv-key", dataset: { family: f },
         onmouseenter: () => svg.querySelectorAll(".kv-point").forEach((p) => p.classList.toggle("kv-linked", p.dataset.family === f)),
         onmouseleave: () => KV.light(svg, null) },
@@ -143,7 +144,7 @@ function render({ model, el }) {
   });
 
   draw();
-  const names = ["words", "ids", "labels", "coords", "scores", "title"].map((n) => `change:${n}`).join(" ");
+  const names = ["tokens", "ids", "labels", "coords", "scores", "title"].map((n) => `change:${n}`).join(" ");
   model.on(names, draw);
   return () => { cleanup(); model.off(names, draw); };
 }

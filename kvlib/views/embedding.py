@@ -11,8 +11,13 @@ import traitlets as T
 
 from .. import embeddings
 from ..errors import check_count, is_count
+from ..i18n import TEXT, t
 from ..models import KVLibError
 from .base import View, check_model, link_for, module, rounded
+
+
+def family_name(family):  # a family of embeddings.WORD_FAMILIES in the notebook's language; another as given
+    return t("family." + family) if "family." + family in TEXT else family
 
 
 def is_pair(p, model):  # (word, token id) of `model`'s vocabulary
@@ -22,10 +27,11 @@ def is_pair(p, model):  # (word, token id) of `model`'s vocabulary
 
 class EmbeddingMap(View):
     _esm = module("embedding.js")
+    WORDS = "map"
     title = T.Unicode("").tag(sync=True)
-    words = T.List().tag(sync=True)   # each point's token, as the model spells it (' king')
+    tokens = T.List().tag(sync=True)  # each point's token, as the model spells it (' king')
     ids = T.List().tag(sync=True)     # its token id
-    labels = T.List().tag(sync=True)  # its family
+    labels = T.List().tag(sync=True)  # its family, named in the notebook's language
     coords = T.List().tag(sync=True)  # [points][3]: the first three principal components, rounded
     scores = T.List().tag(sync=True)  # separation (embeddings.separation) in 1D, 2D and 3D
     dims = T.Int(2).tag(sync=True)    # the picture shown first; the browser switches without the kernel
@@ -43,15 +49,14 @@ class EmbeddingMap(View):
                              f"as embeddings.word_families(model) returns; got {reprlib.repr(fams)}")
         coords, _, labels = embeddings.project(model, fams, 3)
         ids = [int(i) for f in fams.values() for _, i in f]
-        words = [model.decode([i]) for i in ids]
-        return cls(title=f"{len(ids)} token embeddings of {model.name} ({model.config.n_embd} dims) projected by PCA",
-                   words=words, ids=ids, labels=labels, coords=rounded(coords, digits), dims=int(dims),
-                   scores=[embeddings.separation(coords[:, :d], labels) for d in (1, 2, 3)],
-                   link=link_for(words)).check_size()
+        tokens = [model.decode([i]) for i in ids]
+        return cls(title=t("map.title", count=len(ids), model=model.name, dims=model.config.n_embd),
+                   tokens=tokens, ids=ids, labels=[family_name(f) for f in labels], coords=rounded(coords, digits),
+                   dims=int(dims), scores=[embeddings.separation(coords[:, :d], labels) for d in (1, 2, 3)],
+                   link=link_for(tokens)).check_size()
 
     def summary(self):
-        lines = [self.title, "words nearest their own family's centre: "
-                 + ", ".join(f"{d}D {s:.0%}" for d, s in enumerate(self.scores, 1))]
+        lines = [self.title, t("map.summary") + ", ".join(f"{d}D {s:.0%}" for d, s in enumerate(self.scores, 1))]
         for family in dict.fromkeys(self.labels):
-            lines.append(f"{family}: " + " ".join(repr(w) for w, f in zip(self.words, self.labels) if f == family))
+            lines.append(f"{family}: " + " ".join(repr(w) for w, f in zip(self.tokens, self.labels) if f == family))
         return "\n".join(lines)
