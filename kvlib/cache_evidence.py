@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import i18n
 from .models import KVLibError
 from .trace import Trace
 
@@ -204,16 +205,8 @@ def cached_step(model, ids):
     return trace, cache, token
 
 
-STEP_PARTS = {  # what one cached decode step computes in a layer, in order
-    "q": "the new token's query",
-    "k": "its key, appended to the cache",
-    "v": "its value, appended to the cache",
-    "K": "every key in the cache, this token's included",
-    "V": "every value in the cache",
-    "scores": "q·Kᵀ / √head_dim: one row per head",
-    "weights": "softmax of the scores: one new row of the grid",
-    "out": "weights · V: one output row per head",
-}
+# what one cached decode step computes in a layer, in order (what each is: i18n's "steppart." words)
+STEP_PARTS = ("q", "k", "v", "K", "V", "scores", "weights", "out")
 
 
 def step_shapes(trace, cache, layer=0):
@@ -227,4 +220,4 @@ def step_shapes(trace, cache, layer=0):
 def step_table(trace, cache, layer=0):
     """step_shapes as lines of text: name, [shape], what it is."""
     shapes = step_shapes(trace, cache, layer)
-    return "\n".join(f"{name:>8}  {str(list(shapes[name])):<13} {meaning}" for name, meaning in STEP_PARTS.items())
+    return "\n".join(f"{name:>8}  {str(list(shapes[name])):<13} {i18n.t('steppart.' + name)}" for name in STEP_PARTS)

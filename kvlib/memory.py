@@ -12,6 +12,7 @@ import bisect
 from dataclasses import dataclass, replace
 
 from .errors import KVLibError, check_count
+from .i18n import t
 from .models import FAMILIES, Config
 from .texttable import text_table
 
@@ -62,9 +63,9 @@ def macs_table(config, lengths):
              for n in lengths}
     parts = list(next(iter(steps.values()))[0]) + ["whole step"]
     cell = lambda macs, part: (sum(macs.values()) if part == "whole step" else macs[part]) / 1e6
-    header = ["millions of multiply-adds"] + [h for n in lengths for h in (f"{n} tokens\ncached", "uncached")]
-    rows = [[part] + [x for c, u in steps.values() for x in (f"{cell(c, part):,.1f}", f"{cell(u, part):,.0f}")]
-            for part in parts]
+    header = [t("macs.header")] + [h for n in lengths for h in (t("macs.cached", n=n), t("macs.uncached"))]
+    rows = [[t("macs." + part)] + [x for c, u in steps.values()
+                                   for x in (f"{cell(c, part):,.1f}", f"{cell(u, part):,.0f}")] for part in parts]
     return text_table(header, rows)
 
 

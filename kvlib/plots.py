@@ -13,7 +13,7 @@ from matplotlib import font_manager
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-from .i18n import t
+from .i18n import TEXT, t
 
 # Chinese labels (kvlib.set_language("zh"), or a learner's own text) need a CJK font after matplotlib's own, which
 # has none: the first of these the machine has (Debian's fonts-noto-cjk, macOS's, Windows'), glyph by glyph.
@@ -194,9 +194,9 @@ def step_costs(lengths, cached, uncached, ylabel, title):
     """Cost per decode step, with and without the cache, against the sequence length."""
     fig = Figure(figsize=(8, 3.6))
     ax = fig.add_subplot()
-    ax.plot(lengths, uncached, label="without cache: the whole sequence again", color="#cc4125")
-    ax.plot(lengths, cached, label="with cache: one new token", color="#3d85c6")
-    ax.set_xlabel("tokens in the sequence"), ax.set_ylabel(ylabel), ax.set_title(title, fontsize=10)
+    ax.plot(lengths, uncached, label=t("plot.steps.without"), color="#cc4125")
+    ax.plot(lengths, cached, label=t("plot.steps.with"), color="#3d85c6")
+    ax.set_xlabel(t("plot.steps.xlabel")), ax.set_ylabel(ylabel), ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -352,15 +352,15 @@ def macs_by_part(cached, uncached, title, unit=1e6):
     y = np.arange(len(parts))
     fig = Figure(figsize=(9, 0.55 * len(parts) + 1.2))
     ax = fig.add_subplot()
-    for offset, counts, label, colour in ((0.2, uncached, "without cache", "#cc4125"),
-                                          (-0.2, cached, "with cache", "#3d85c6")):
+    for offset, counts, label, colour in ((0.2, uncached, t("plot.macs.without"), "#cc4125"),
+                                          (-0.2, cached, t("plot.macs.with"), "#3d85c6")):
         values = [counts[p] / unit for p in parts]
         bars = ax.barh(y + offset, values, height=0.38, color=colour, label=label)
         ax.bar_label(bars, [f"{v:,.1f}" if v < 100 else f"{v:,.0f}" for v in values], padding=3, fontsize=8)
     ax.set_xscale("log")
     ax.set_xlim(right=ax.get_xlim()[1] * 8)  # room for the labels of the longest bars
-    ax.set_yticks(y, parts)
-    ax.set_xlabel("multiply-adds, in millions (log scale: each grid line is 10x)")
+    ax.set_yticks(y, [t("macs." + p) if "macs." + p in TEXT else p for p in parts])  # memory's parts, in words
+    ax.set_xlabel(t("plot.macs.xlabel"))
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(axis="x", alpha=0.3)

@@ -307,13 +307,12 @@ class GridFilling(App):
             self.traces.append(trace)
         self.wasted_macs = [forward_macs(model.config, 0, n(s)) - forward_macs(model.config, n(s) - 1, 1)
                             for s in range(new_tokens)]
-        notes = [f"The model reads the prompt's {n(0)} tokens: a {n(0)} × {n(0)} grid."] + [
-            f"The model reads all {n(s)} tokens again. Rows 0–{n(s) - 2} came out as at step {s - 1} "
-            f"(largest change in any layer and head: {_largest_change(before, after):.1e}); only the last row is "
-            f"new. Wasted: {n(s) - 1} rows of attention and {self.wasted_macs[s]:,} multiply-adds in the whole model."
+        notes = [t("grid.first", n=n(0))] + [
+            t("grid.again", n=n(s), old=n(s) - 2, before=s - 1, change=f"{_largest_change(before, after):.1e}",
+              old_rows=n(s) - 1, macs=f"{self.wasted_macs[s]:,}")
             for s, (before, after) in enumerate(zip(self.traces, self.traces[1:]), 1)]
         self.grid = AttentionGrid.of(model, fed, self.prompt_len, notes, trace=self.traces[-1],
-                                     title=f"{model.name}, without a cache: each step recomputes the whole grid")
+                                     title=t("grid.title", model=model.name))
         super().__init__([self.grid])
 
     def old_rows_change(self):

@@ -12,16 +12,16 @@ const DENSE = 14;  // more tokens than this: small cells, numbers only on hover
 
 function render({ model, el }) {
   const { root, tip, body, redrawn, cleanup } = KV.frame(model, el, "att");
+  const words = model.get("words");  // labels in the notebook's language (kvlib.i18n)
   let step = model.get("step"), layer = model.get("layer"), head = model.get("head"), shown = step;
   const last = () => model.get("tokens").length - model.get("prompt_len");  // the last step
-  const say = (key, values) => KV.fill(model.get("words")[key], values);  // labels in the notebook's language
-  const headName = (h) => (h === "mean" ? say("mean") : say("head", { head: h }));
+  const headName = (h) => (h === "mean" ? words.mean : KV.fill(words.head_n, { h }));
 
   // the controls, built once; draw() updates what they show
-  const steps = KV.stepper(last, () => step, (s) => { step = s; draw(); }, 1200);
+  const steps = KV.stepper(last, () => step, (s) => { step = s; draw(); }, 1200, words);
   const stepText = KV.h("span", { class: "kv-att-steptext" });
   const layerSel = KV.h("select", { class: "kv-att-layer", onchange: (e) => { layer = +e.target.value; draw(true); } },
-    model.get("weights").map((_, l) => KV.h("option", { value: l }, say("layer", { layer: l }))));
+    model.get("weights").map((_, l) => KV.h("option", { value: l }, KV.fill(words.layer_n, { l }))));
   const nHead = () => model.get("weights").find((w) => w)?.length ?? 0;
   const headSel = KV.h("select", { class: "kv-att-head", onchange: (e) => pickHead(e.target.value) },
     [...Array(nHead()).keys()].map((h) => KV.h("option", { value: h }, headName(h))),
@@ -32,9 +32,8 @@ function render({ model, el }) {
   const stepping = KV.h("span", { class: "kv-controls" }, steps.el, stepText);
   body.replaceChildren(
     KV.h("div", { class: "kv-title" }, model.get("title")),
-    KV.h("div", { class: "kv-caption" }, say("caption")),
-    KV.h("div", { class: "kv-controls" }, stepping, KV.h("label", {}, say("pick_layer"), layerSel),
-         KV.h("label", {}, say("pick_head"), headSel)),
+    KV.h("div", { class: "kv-caption" }, words.caption),
+    KV.h("div", { class: "kv-controls" }, stepping, KV.h("label", {}, words.layer, layerSel), KV.h("label", {}, words.head, headSel)),
     thumbs, grid, aloud, note);
 
   function pickHead(v) { head = v === "mean" ? "mean" : +v; draw(); }
@@ -50,25 +49,24 @@ function render({ model, el }) {
     for (let i = 0; i < n; i++) for (let j = 0; j <= i; j++) { g.fillStyle = KV.heat(w[i][j], 1); g.fillRect(j, i, 1, 1); }
     return KV.h("button", { type: "button", class: "kv-att-thumb" + (h === head ? " kv-selected" : ""),
                             "aria-pressed": String(h === head), onclick: () => pickHead(String(h)) },
-      c, KV.h("span", {}, h === "mean" ? say("average") : say("head", { head: h })));
+      c, KV.h("span", {}, h === "mean" ? words.average : KV.fill(words.head_n, { h })));
   }
 
   function table(w, n, tokens, link) {  // the grid of the first n tokens: w [n][n]
     const dense = n > DENSE;
     const q = (i) => KV.quoted(tokens[i]);
-    const colRow = KV.h("tr", {}, KV.h("th", { class: "kv-corner" }, say("corner")),
+    const colRow = KV.h("tr", {}, KV.h("th", { class: "kv-corner" }, words.corner),
       tokens.slice(0, n).map((t, j) => KV.hoverable(KV.h("th", { class: "kv-att-col", dataset: { col: j } }, KV.label(t)),
-        tip, () => say("col_tip", { token: q(j), pos: j }), link, j)));
+        tip, () => KV.fill(words.col, { q: q(j), j }), link, j)));
     const rows = w.slice(0, n).map((row, i) => KV.h("tr", { class: "kv-att-row" + (step > 0 && i === n - 1 ? " kv-new" : ""),
                                                         dataset: { pos: i } },
       KV.hoverable(KV.h("th", { class: "kv-rowhead", dataset: { pos: i } }, (step > 0 && i === n - 1 ? "▶ " : "") + KV.label(tokens[i])),
-        tip, () => say(i ? "row_tip" : "row_tip_one", { token: q(i), pos: i, count: i + 1 }), link, i),
+        tip, () => KV.fill(i ? words.row : words.row_one, { q: q(i), i, n: i + 1 }), link, i),
       row.slice(0, n).map((v, j) => KV.hoverable(
         j > i ? KV.h("td", { class: "kv-att-cell kv-masked", dataset: { col: j } })
               : KV.h("td", { class: "kv-att-cell", dataset: { col: j }, style: { background: KV.heat(v, 1) } }, dense ? "" : KV.num(v, 2)),
-        tip, () => (j > i ? [say("masked_tip", { query: q(i), key: q(j) }), say("masked_why")]
-                          : [say("cell_tip", { query: q(i), key: q(j), weight: KV.num(v, 3) }),
-                             say("where", { layer, head: headName(head) })]),
+        tip, () => (j > i ? [KV.fill(words.masked, { q: q(i), k: q(j) }), words.masked_why]
+                          : [KV.fill(words.cell, { q: q(i), k: q(j), v: KV.num(v, 3) }), KV.fill(words.where, { layer, head: headName(head) })]),
         link, i))));
     return KV.h("table", { class: "kv-table kv-att-grid" + (dense ? " kv-dense" : "") },
       KV.h("thead", {}, colRow), KV.h("tbody", {}, rows));
@@ -80,7 +78,7 @@ function render({ model, el }) {
     Object.assign(root.dataset, { step, layer, head });
     stepping.style.display = last() ? "" : "none";  // nothing to step: the whole text at once
     steps.show(step);
-    stepText.textContent = say("step", { step, last: last(), tokens: n });
+    stepText.textContent = KV.fill(words.at, { step, last: last(), n });
     layerSel.value = layer;
     headSel.value = head;
     const notes = model.get("notes");
@@ -88,7 +86,7 @@ function render({ model, el }) {
     if (!heads) {  // a layer the kernel did not send: ask for it once (change:weights draws it)
       if (ask) { model.set("layer", layer); model.save_changes(); }
       grid.replaceChildren(KV.h("div", { class: "kv-note" }, ask || model.get("layer") === layer
-        ? say("loading", { layer }) : say("set_aside", { layer })));
+        ? KV.fill(words.loading, { layer }) : KV.fill(words.set_aside, { layer })));
       thumbs.replaceChildren();
       aloud.textContent = "";
       return;
@@ -100,8 +98,8 @@ function render({ model, el }) {
     shown = step;
     thumbs.replaceChildren(...heads.map((hw, h) => thumb(hw, n, h)), thumb(mean, n, "mean"));
     const top = w[n - 1].slice(0, n).reduce((b, v, j, r) => (v > r[b] ? j : b), 0);
-    aloud.textContent = say("aloud", { layer, head: headName(head), last: KV.quoted(tokens[n - 1]),
-                                       top: KV.quoted(tokens[top]), weight: KV.num(w[n - 1][top], 2) });
+    aloud.textContent = KV.fill(words.aloud, { layer, head: headName(head), q: KV.quoted(tokens[n - 1]),
+                                           k: KV.quoted(tokens[top]), v: KV.num(w[n - 1][top], 2) });
   }
 
   draw();

@@ -28,7 +28,7 @@ def mean_of_heads(layer):  # [n_head][n][n] -> [n][n]
 
 class AttentionGrid(View):
     _esm = module("attention.js")
-    WORDS = "att"
+    WORDS = ("att", "stepper")
     title = T.Unicode("").tag(sync=True)
     tokens = T.List().tag(sync=True)       # the whole sequence, one string per token
     weights = T.List().tag(sync=True)      # [L][n_head][T][T], 3 decimals; None for a layer not sent (yet)

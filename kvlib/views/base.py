@@ -84,11 +84,12 @@ class View(anywidget.AnyWidget):
     _css = (HERE / "style.css").read_text()
     link = T.Unicode("").tag(sync=True)   # views with the same link light up together
     words = T.Dict().tag(sync=True)       # the labels its JS writes, in kvlib's language (i18n.words(WORDS))
-    WORDS = None                          # the prefix of those labels in i18n.TEXT, for a view that has some
+    WORDS = None                          # the prefix of those labels in i18n.TEXT (or a tuple of prefixes)
 
     def __init__(self, **traits):
         if self.WORDS:
-            traits.setdefault("words", words(self.WORDS))
+            prefixes = (self.WORDS,) if isinstance(self.WORDS, str) else self.WORDS
+            traits.setdefault("words", {k: v for prefix in prefixes for k, v in words(prefix).items()})
         try:
             super().__init__(**traits)
         except T.TraitError as err:  # a title that is no string, say; traitlets' words already name what it takes

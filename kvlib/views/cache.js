@@ -8,6 +8,7 @@
 
 function render({ model, el }) {
   const { root, tip, body, redrawn, cleanup } = KV.frame(model, el, "cachegrowth");
+  const w = model.get("words");  // labels in the notebook's language (kvlib.i18n)
   const sh = model.get("shape"), tokens = model.get("tokens"), fed = model.get("fed");
   const nbytes = model.get("nbytes"), layerBytes = model.get("layer_nbytes");
   const keys = model.get("k_rows"), values = model.get("v_rows"), link = model.get("link");
@@ -18,15 +19,14 @@ function render({ model, el }) {
   const max = Math.max(KV.absMax(keys.flat(2)), KV.absMax(values.flat(2)));
   let step = Math.min(model.get("step"), last), drawn = -1;
 
-  const steps = KV.stepper(() => last, () => step, (s) => show(s), 900);
+  const steps = KV.stepper(() => last, () => step, (s) => show(s), 900, w);
   const where = KV.h("span", { class: "kv-caption" });
   const headline = KV.h("div", { class: "kv-note" }), sum = KV.h("div", { class: "kv-note kv-mono" });
   const grid = KV.h("div", { class: "kv-tower" + (compact ? " kv-compact" : "") });
   const stack = KV.h("div", { class: "kv-stack" + (compact ? " kv-compact" : "") });
   const climbMs = Math.min(120, 600 / sh.n_layer);  // the climb ends well inside Play's step of 900 ms
   const since = (t) => Math.max(0, t - fed[0] + 1);  // the step that stored token t
-  body.append(KV.h("div", { class: "kv-title" }, `The KV cache of ${model.get("model_name")}: ${sh.n_layer} layers, ` +
-                 `each keeping one K row and one V row per token`),
+  body.append(KV.h("div", { class: "kv-title" }, KV.fill(w.title, { model: model.get("model_name"), layers: sh.n_layer })),
               KV.h("div", { class: "kv-controls" }, steps.el, where), headline, sum, stack, grid);
 
   const strip = (vals, kind) => KV.h("span", { class: `kv-vec kv-${kind}` },
@@ -34,19 +34,19 @@ function render({ model, el }) {
 
   function row(l, t, isNew) {
     const lines = () => [
-      `${KV.quoted(tokens[t])} · position ${t} · layer ${l}`,
-      `its K and V rows here: 2 × ${sh.n_kv_head} KV heads × ${sh.head_dim} numbers × ${sh.bytes_per_number} bytes = ${KV.int(2 * rowBytes)} bytes`,
-      `K, KV head 0, dims 0–${sh.preview - 1}: ${keys[l][t].map((x) => KV.num(x)).join(" ")}`,
-      `V, KV head 0, dims 0–${sh.preview - 1}: ${values[l][t].map((x) => KV.num(x)).join(" ")}`];
+      KV.fill(w.row, { q: KV.quoted(tokens[t]), t, l }),
+      KV.fill(w.row_bytes, { nkv: sh.n_kv_head, hs: sh.head_dim, b: sh.bytes_per_number, total: KV.int(2 * rowBytes) }),
+      KV.fill(w.k_nums, { last: sh.preview - 1, nums: keys[l][t].map((x) => KV.num(x)).join(" ") }),
+      KV.fill(w.v_nums, { last: sh.preview - 1, nums: values[l][t].map((x) => KV.num(x)).join(" ") })];
     return KV.hoverable(KV.h("div", { class: "kv-kvrow" + (isNew ? " kv-new" : ""), dataset: { pos: t } },
       strip(keys[l][t], "k"), strip(values[l][t], "v")), tip, lines, link, t);
   }
 
   function labels(n, newFrom) {
-    return KV.h("div", { class: "kv-labels" }, KV.h("div", { class: "kv-lhead" }, "token"), KV.h("div", { class: "kv-lhead" }, ""),
+    return KV.h("div", { class: "kv-labels" }, KV.h("div", { class: "kv-lhead" }, w.token), KV.h("div", { class: "kv-lhead" }, ""),
       [...Array(n).keys()].map((t) => KV.hoverable(KV.h("div", { class: "kv-tokname" + (t >= newFrom ? " kv-new" : ""), dataset: { pos: t } },
-        (t >= newFrom ? "▶ " : "") + KV.label(tokens[t])), tip, () => `${KV.quoted(tokens[t])} · position ${t}`, link, t)),
-      KV.h("div", { class: "kv-lfoot" }, "bytes"));
+        (t >= newFrom ? "▶ " : "") + KV.label(tokens[t])), tip, () => KV.fill(w.tokname, { q: KV.quoted(tokens[t]), t }), link, t)),
+      KV.h("div", { class: "kv-lfoot" }, w.bytes));
   }
 
   // the cache as a stack: rows are layers (the last on top), columns tokens; the history sits, the new token climbs
@@ -58,19 +58,15 @@ function render({ model, el }) {
         const climbing = t >= newFrom;  // the prefill's tokens all climb at step 0; later, the one fed
         const cell = KV.h("span", { class: "kv-stackcell" + (climbing ? " kv-climb" : ""), dataset: { t, layer: l },
                                     style: climbing && grew ? { animationDelay: `${Math.round(l * climbMs)}ms` } : {} });
-        return KV.hoverable(cell, tip, () => climbing
-          ? `${KV.quoted(tokens[t])} · layer ${l}: K and V computed at this step, as the token climbs`
-          : `${KV.quoted(tokens[t])} · layer ${l}: K and V stored at step ${since(t)}, read again, never recomputed`);
+        return KV.hoverable(cell, tip, () => KV.fill(climbing ? w.climbing : w.stored, { q: KV.quoted(tokens[t]), l, s: since(t) }));
       });
-      rows.push(KV.h("div", { class: "kv-stackrow" }, KV.h("span", { class: "kv-stacklabel" }, named ? `layer ${l}` : ""),
-        cells, l === 0 ? KV.h("span", { class: "kv-stacknote" }, s === 0 ? "▲ the prompt enters here"
-                                                                          : `▲ ${KV.quoted(tokens[n - 1])} enters here`) : null));
+      rows.push(KV.h("div", { class: "kv-stackrow" }, KV.h("span", { class: "kv-stacklabel" }, named ? KV.fill(w.layer_n, { l }) : ""),
+        cells, l === 0 ? KV.h("span", { class: "kv-stacknote" }, s === 0 ? w.prompt_enters
+                                                                          : KV.fill(w.token_enters, { q: KV.quoted(tokens[n - 1]) })) : null));
     }
     stack.replaceChildren(KV.h("div", { class: "kv-caption" }, s === 0
-      ? `The same cache as a stack, layer 0 at the bottom; a square is one token's K and V in one layer. ▲: in the ` +
-        `prefill the prompt's ${KV.plural(n, "token")} climb the stack together.`
-      : `Grey: ${KV.plural(newFrom, "history token")}, their K and V sitting in every layer. ▲: the new token climbs ` +
-        `layer by layer, adding its own.`), ...rows);
+      ? KV.fill(w.stack_prefill, { tokens: KV.fill(n === 1 ? w.tokens_one : w.tokens, { n: KV.int(n) }) })
+      : KV.fill(w.stack_step, { history: KV.fill(newFrom === 1 ? w.history_one : w.history, { n: KV.int(newFrom) }) })), ...rows);
   }
 
   function show(s) {
@@ -79,15 +75,13 @@ function render({ model, el }) {
     step = s; drawn = s; root.dataset.step = s;
     steps.show(s);
     const n = held(s), newFrom = n - fed[s];
-    where.textContent = `step ${s} of ${last}`;
-    headline.replaceChildren(s === 0
-      ? `Step 0, the prefill: the prompt's ${n} tokens go in at once, and every layer stores ${n} K rows and ${n} V rows.`
-      : `Step ${s}: fed one token, ${KV.quoted(tokens[n - 1])}; it climbs all ${sh.n_layer} layers, and each appends ` +
-        `1 K row and 1 V row and now holds ${n}. The ${n - 1} rows already there are read, not recomputed.`);
+    where.textContent = KV.fill(w.where, { s, last });
+    headline.replaceChildren(s === 0 ? KV.fill(w.prefill, { n })
+      : KV.fill(w.decode, { s, q: KV.quoted(tokens[n - 1]), layers: sh.n_layer, n, old: n - 1 }));
     const formula = n * sh.bytes_per_token;
-    sum.replaceChildren(`${n} tokens × 2 (K and V) × ${sh.n_layer} layers × ${sh.n_kv_head} KV heads × ${sh.head_dim} ` +
-      `numbers × ${sh.bytes_per_number} bytes = ${KV.int(formula)} bytes; cache.nbytes, measured: `,
-      KV.h("b", { class: "kv-total" }, `${KV.int(nbytes[s])} bytes`), formula === nbytes[s] ? " ✓" : " ✗ (differs)");
+    sum.replaceChildren(KV.fill(w.formula, { n, layers: sh.n_layer, nkv: sh.n_kv_head, hs: sh.head_dim,
+                                             b: sh.bytes_per_number, formula: KV.int(formula) }),
+      KV.h("b", { class: "kv-total" }, KV.fill(w.total, { total: KV.int(nbytes[s]) })), formula === nbytes[s] ? " ✓" : w.differs);
     const lines = [];
     for (let first = 0; first < sh.n_layer; first += perLine) {
       const layers = [];
@@ -95,9 +89,9 @@ function render({ model, el }) {
         const rows = [...Array(n).keys()].map((t) => row(l, t, t >= newFrom && s > 0));
         if (grew && s > 0) rows[n - 1].classList.add("kv-slide");
         layers.push(KV.h("div", { class: "kv-layer", dataset: { layer: l } },
-          KV.h("div", { class: "kv-lhead" }, compact ? `L${l}` : `layer ${l}`),
+          KV.h("div", { class: "kv-lhead" }, compact ? `L${l}` : KV.fill(w.layer_n, { l })),
           KV.h("div", { class: "kv-lhead kv-kv" }, KV.h("span", {}, "K"), KV.h("span", {}, "V")),
-          rows, KV.h("div", { class: "kv-layer-bytes", title: `layer ${l}: bytes held` },
+          rows, KV.h("div", { class: "kv-layer-bytes", title: KV.fill(w.layer_held, { l }) },
             compact ? `${(layerBytes[s][l] / 1024).toFixed(1)} KiB` : `${KV.int(layerBytes[s][l])} B`)));
       }
       lines.push(KV.h("div", { class: "kv-line" }, labels(n, s > 0 ? newFrom : n), layers));

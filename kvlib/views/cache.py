@@ -18,6 +18,7 @@ PREVIEW = 8  # numbers of each row drawn (KV head 0, dims 0-7); every layer hold
 
 class CacheGrowth(View):
     _esm = module("cache.js")
+    WORDS = ("cache", "stepper")
     model_name = T.Unicode().tag(sync=True)
     shape = T.Dict().tag(sync=True)         # n_layer, n_kv_head, head_dim, bytes_per_number, bytes_per_token,
                                             # preview (the numbers drawn per row)

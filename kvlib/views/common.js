@@ -43,9 +43,9 @@ const KV = (() => {
   const num = (x, d = 2) => { const r = +x.toFixed(d); return (r < 0 ? "−" : "") + Math.abs(r).toFixed(d); };
   const absMax = (xs) => xs.reduce((m, x) => Math.max(m, Math.abs(x)), 1e-9);  // no spread: 100k+ numbers
   const int = (n) => n.toLocaleString("en-US");
+  // a label from the view's words (kvlib.i18n) with its {names} filled: fill("{n} tokens", {n: 3})
+  const fill = (text, values) => text.replace(/\{(\w+)\}/g, (all, name) => (name in values ? String(values[name]) : all));
   const plural = (n, word) => `${int(n)} ${word}${n === 1 ? "" : "s"}`;
-  // a label from the view's words (kvlib.i18n), its {names} filled from values: the JS holds no language
-  const fill = (text, values = {}) => text.replace(/\{(\w+)\}/g, (all, k) => (k in values ? values[k] : all));
 
   // blue for negative, orange for positive (both readable by the colour-blind); strength = |v| / max
   function heat(v, max) {
@@ -112,6 +112,7 @@ const KV = (() => {
   //        colName, colLabels (tokens naming the columns, e.g. a row of scores)}
   function matrix(opts) {
     const { values, rows, title, digits = 2, newRow = -1, link, tip, colName = "dim" } = opts;
+    const w = { position: "position", numbers: "numbers", cols: colName + "s", ...opts.words };  // opts.words: the view's, in its language
     const pos = opts.pos || rows.map((_, i) => i);
     const n = values.length ? values[0].length : 0;
     const f = fold(n);
@@ -124,12 +125,12 @@ const KV = (() => {
     const body = values.map((row, i) => {
       const tr = h("tr", { class: "kv-row" + (i === newRow ? " kv-new" : ""), dataset: { row: i, pos: pos[i] } },
         hoverable(h("th", { class: "kv-rowhead", dataset: { pos: pos[i] } }, (i === newRow ? "▶ " : "") + label(rows[i])),
-          tip, () => [`${quoted(rows[i])} (position ${pos[i]})`, `${n} numbers: ${row.map((x) => num(x, digits)).join(" ")}`],
+          tip, () => [`${quoted(rows[i])} (${w.position} ${pos[i]})`, `${n} ${w.numbers}: ${row.map((x) => num(x, digits)).join(" ")}`],
           link, pos[i]));
       f.cols.forEach((j, k) => {
         if (k === f.gap) {
           tr.append(hoverable(h("td", { class: "kv-gap" }, "…"), tip,
-            () => [`${quoted(rows[i])}, ${colName}s ${f.cols[f.gap - 1] + 1}–${f.cols[f.gap] - 1}:`,
+            () => [`${quoted(rows[i])}, ${w.cols} ${f.cols[f.gap - 1] + 1}–${f.cols[f.gap] - 1}:`,
                    row.slice(f.cols[f.gap - 1] + 1, f.cols[f.gap]).map((x) => num(x, digits)).join(" ")], link, pos[i]));
         }
         const v = row[j];
@@ -150,20 +151,21 @@ const KV = (() => {
 
   // Play, ◀ ▶ and a slider over steps 0..last(): Play moves on one step a tick until the last; a step by hand
   // stops it. go(s) shows step s and then calls show(s) back, so the controls always say what is shown.
-  function stepper(last, current, go, ms = 1000) {
+  // w: its labels in the view's language (i18n's "stepper." words), English by default
+  function stepper(last, current, go, ms = 1000, w = { play: "Play", pause: "Pause", back: "step back", forward: "step forward", step: "step" }) {
     let timer = null;
-    const stop = () => { clearInterval(timer); timer = null; play.textContent = "Play"; };
+    const stop = () => { clearInterval(timer); timer = null; play.textContent = w.play; };
     const to = (s) => go(Math.max(0, Math.min(last(), s)));
     const byHand = (s) => { stop(); to(s); };
-    const play = button("Play", () => {
+    const play = button(w.play, () => {
       if (timer) return stop();
       if (current() >= last()) to(0);
-      play.textContent = "Pause";
+      play.textContent = w.pause;
       timer = setInterval(() => (current() >= last() ? stop() : to(current() + 1)), ms);
     });
-    const back = button("◀", () => byHand(current() - 1), { "aria-label": "step back" });
-    const next = button("▶", () => byHand(current() + 1), { "aria-label": "step forward" });
-    const slider = h("input", { type: "range", class: "kv-slider", min: 0, step: 1, "aria-label": "step",
+    const back = button("◀", () => byHand(current() - 1), { "aria-label": w.back });
+    const next = button("▶", () => byHand(current() + 1), { "aria-label": w.forward });
+    const slider = h("input", { type: "range", class: "kv-slider", min: 0, step: 1, "aria-label": w.step,
                                 oninput: (e) => byHand(+e.target.value) });
     const show = (s) => {
       Object.assign(slider, { max: last(), value: s });
@@ -188,6 +190,6 @@ const KV = (() => {
     return { root, tip, body, redrawn, cleanup: stop };
   }
 
-  return { PALETTE, TINTS, h, s, label, quoted, num, absMax, int, plural, fill, heat, ink, hover, onHover, light, tooltip, hoverable,
+  return { PALETTE, TINTS, h, s, label, quoted, num, absMax, int, fill, plural, heat, ink, hover, onHover, light, tooltip, hoverable,
            fold, matrix, button, stepper, frame };
 })();

@@ -15,7 +15,7 @@ import traitlets as T
 from ..attention import toy_cached_step
 from ..cache_evidence import cached_step
 from ..errors import KVLibError
-from ..i18n import t
+from .. import i18n
 from .base import View, check_model, layer_head, link_for, module, numbers, prompt_ids, rounded
 
 PARTS = ["q", "K", "scores", "mask", "weights", "V", "out"]
@@ -28,7 +28,7 @@ def attend(q, K, V):  # q [1, hs], K and V [S, hs] -> scores, mask, weights [1, 
 
 class DecodeStep(View):
     _esm = module("step.js")
-    WORDS = "step"
+    WORDS = ("step", "matrix")
     title = T.Unicode().tag(sync=True)
     toy = T.Bool(False).tag(sync=True)
     prefill = T.Bool(False).tag(sync=True)  # the last row of a prefill (every row computed at once), not a cached step
@@ -57,9 +57,8 @@ class DecodeStep(View):
     def toy_step(cls):
         """Notebook 4's toy head, one step on: its prefill's K and V kept, the next token fed alone."""
         tokens, q, K, V = toy_cached_step()
-        return cls.from_tensors(tokens, q, K, V, f"Toy numbers: the cached step that feeds {tokens[-1]!r}: K's and "
-                                f"V's first {len(tokens) - 1} rows read from the cache, the last one new; head size "
-                                f"{K.shape[1]}", toy=True)
+        title = i18n.t("step.toy_title", token=repr(tokens[-1]), cached=len(tokens) - 1, hs=K.shape[1])
+        return cls.from_tensors(tokens, q, K, V, title, toy=True)
 
     @classmethod
     def of(cls, model, prompt="Mary had a little", layer=0, head=0, link=None):
@@ -72,8 +71,8 @@ class DecodeStep(View):
         ids = ids + [token]
         tokens = [model.decode([i]) for i in ids]
         return cls.from_tensors(tokens, t.q[head].cpu(), held.keys[kv].cpu(), held.values[kv].cpu(),
-                                f"{model.name}, layer {layer}, head {head} (reading K/V head {kv}): "
-                                f"the step that feeds {tokens[-1]!r}", link=link or link_for(tokens[:-1]))
+                                i18n.t("step.title", model=model.name, layer=layer, head=head, kv=kv, token=repr(tokens[-1])),
+                                link=link or link_for(tokens[:-1]))
 
     def summary(self):
         def row_text(row):  # up to 8 numbers; −∞ as the mask means it
