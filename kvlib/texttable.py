@@ -1,6 +1,17 @@
 """Tables printed as text, one way for every module: each column as wide as its widest cell,
 labels left-aligned and numbers right-aligned, a rule under the header."""
 
+from unicodedata import east_asian_width
+
+
+def width(text):  # columns a monospaced font gives text: a Chinese character takes two
+    return sum(2 if east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def pad(text, align, columns):  # text filled with spaces to `columns`, on the right ("<") or the left (">")
+    fill = " " * max(0, columns - width(text))
+    return text + fill if align == "<" else fill + text
+
 
 def text_table(header, rows, align=None):
     """The lines of a table, joined.
@@ -17,10 +28,10 @@ def text_table(header, rows, align=None):
     names = [name.split("\n") for name in header]
     depth = max(map(len, names))
     names = [[""] * (depth - len(lines)) + lines for lines in names]
-    widths = [max(len(cell) for cell in column + [row[i] for row in rows]) for i, column in enumerate(names)]
+    widths = [max(width(cell) for cell in column + [row[i] for row in rows]) for i, column in enumerate(names)]
 
     def line(cells):
-        return "  ".join(f"{cell:{a}{w}}" for cell, a, w in zip(cells, align, widths))
+        return "  ".join(pad(cell, a, w) for cell, a, w in zip(cells, align, widths))
 
     head = [line(cells) for cells in zip(*names)]
-    return "\n".join(head + ["-" * len(head[0])] + [line(row) for row in rows])
+    return "\n".join(head + ["-" * width(head[0])] + [line(row) for row in rows])

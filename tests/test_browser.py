@@ -198,6 +198,31 @@ def test_zh_02_tokens(browser, lab, model):
     screenshots(page, "zh-02")
 
 
+def test_zh_05_kv_cache(browser, lab, model):
+    """The Chinese notebook 5: the cache's stack, its byte formula checked against cache.nbytes, the grid's
+    controls and the worked step speak Chinese, with the kernel's own numbers."""
+    from kvlib.exercises.n05 import EXAMPLE
+
+    prompt = model.encode(EXAMPLE)
+    c = model.config
+    per_token = 2 * c.n_layer * c.n_kv_head * c.head_dim * 4
+    page, errors = open_and_run(browser, lab, "zh/05_kv_cache.ipynb", timeout_s=400)
+    check_clean(page, errors, "zh/05")
+    check_saved(page, "zh/05_kv_cache.ipynb")
+    grid, growth, toy = page.locator(".kv-att").first, page.locator(".kv-cachegrowth").first, page.locator(".kv-step").first
+    assert grid.locator("button", has_text="播放").count() == 1 and grid.locator("label").first.inner_text().startswith("层")
+    growth.scroll_into_view_if_needed()
+    last = len(prompt) + 9  # 10 tokens made, the last never fed
+    growth.locator("input.kv-slider").evaluate("(s, v) => { s.value = v; s.dispatchEvent(new Event('input')); }", 9)
+    assert growth.locator(".kv-total").inner_text() == f"{last * per_token:,} 字节"
+    assert growth.locator(".kv-note.kv-mono").inner_text().startswith(f"{last} 个 token × 2（K 和 V）× {c.n_layer} 层")
+    toy.scroll_into_view_if_needed()
+    toy.locator("button", has_text="下一步").click()
+    assert toy.locator(".kv-controls .kv-caption").inner_text() == "第 2 部分（共 7 部分）：K（缓存 + 新的一行）"
+    settle(page, errors, "zh/05", "stepping the cache and the worked step")
+    screenshots(page, "zh-05", (".kv-view",))
+
+
 def shorter(text):  # the first half of a prompt's words, then another word: the prompts part there
     words = text.split()
     return " ".join(words[:len(words) // 2] + ["elsewhere"])
