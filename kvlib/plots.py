@@ -13,7 +13,7 @@ from matplotlib import font_manager
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-from .i18n import TEXT, t
+from . import i18n
 
 # Chinese labels (kvlib.set_language("zh"), or a learner's own text) need a CJK font after matplotlib's own, which
 # has none: the first of these the machine has (Debian's fonts-noto-cjk, macOS's, Windows'), glyph by glyph.
@@ -147,7 +147,7 @@ def projection(coords, words, labels, title):
         ax.scatter(*coords[idx].T, color=colour, marker=MARKERS[k % len(MARKERS)], label=family, s=40, alpha=0.8)
         for i in idx:
             ax.annotate(words[i], coords[i], xytext=(3, 3), textcoords="offset points", fontsize=8, color=colour)
-    ax.set_xlabel(t("plot.projection.x")), ax.set_ylabel(t("plot.projection.y"))
+    ax.set_xlabel(i18n.t("plot.projection.x")), ax.set_ylabel(i18n.t("plot.projection.y"))
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # beside the plot, never over a word
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
@@ -161,8 +161,8 @@ def similarity_by_distance(sims, title):
     fig = Figure(figsize=(8, 3.2))
     ax = fig.add_subplot()
     ax.plot(np.arange(1, len(sims) + 1), sims, color="#3d85c6", lw=2)
-    ax.axhline(0, color="#999999", ls="--", label=t("plot.distance.zero"))
-    ax.set_xlabel(t("plot.distance.x")), ax.set_ylabel(t("plot.distance.y"))
+    ax.axhline(0, color="#999999", ls="--", label=i18n.t("plot.distance.zero"))
+    ax.set_xlabel(i18n.t("plot.distance.x")), ax.set_ylabel(i18n.t("plot.distance.y"))
     ax.set_title(title, fontsize=10), ax.grid(alpha=0.3), ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -194,9 +194,9 @@ def step_costs(lengths, cached, uncached, ylabel, title):
     """Cost per decode step, with and without the cache, against the sequence length."""
     fig = Figure(figsize=(8, 3.6))
     ax = fig.add_subplot()
-    ax.plot(lengths, uncached, label=t("plot.steps.without"), color="#cc4125")
-    ax.plot(lengths, cached, label=t("plot.steps.with"), color="#3d85c6")
-    ax.set_xlabel(t("plot.steps.xlabel")), ax.set_ylabel(ylabel), ax.set_title(title, fontsize=10)
+    ax.plot(lengths, uncached, label=i18n.t("plot.steps.without"), color="#cc4125")
+    ax.plot(lengths, cached, label=i18n.t("plot.steps.with"), color="#3d85c6")
+    ax.set_xlabel(i18n.t("plot.steps.xlabel")), ax.set_ylabel(ylabel), ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -269,8 +269,8 @@ def token_ratios(labels, names, ratios, baseline="English"):
     _grouped_bars(ax, names, r)
     ax.axhline(1, color="#555555", ls="--", lw=1)
     ax.set_xticks(range(len(labels)), labels)
-    ax.set_ylabel(t("plot.ratios.ylabel", baseline=baseline))
-    ax.set_title(t("plot.ratios.title", baseline=baseline), fontsize=10)
+    ax.set_ylabel(i18n.t("plot.ratios.ylabel", baseline=baseline))
+    ax.set_title(i18n.t("plot.ratios.title", baseline=baseline), fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     return fig
@@ -286,8 +286,8 @@ def separation_curves(curves, chance, title):
     for k, (name, scores) in enumerate(curves.items()):
         dims = range(1, len(scores) + 1)
         ax.plot(dims, scores, marker="o", label=name, color=FAMILY_COLOURS[k % len(FAMILY_COLOURS)])
-    ax.axhline(chance, color="#999999", ls="--", label=t("plot.separation.chance", chance=f"{chance:.0%}"))
-    ax.set_xlabel(t("plot.separation.x")), ax.set_ylabel(t("plot.separation.y"))
+    ax.axhline(chance, color="#999999", ls="--", label=i18n.t("plot.separation.chance", chance=f"{chance:.0%}"))
+    ax.set_xlabel(i18n.t("plot.separation.x")), ax.set_ylabel(i18n.t("plot.separation.y"))
     ax.set_ylim(0, 1.05), ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
     ax.set_title(title, fontsize=10), ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
@@ -306,7 +306,7 @@ def widths(dims_by_name, title):
     for i, d in enumerate(dims):
         ax.text(d, i, f" {d:,}", va="center", fontsize=8)
     ax.invert_yaxis(), ax.set_xlim(0, max(dims) * 1.12)
-    ax.set_xlabel(t("plot.widths.x")), ax.set_title(title, fontsize=10)
+    ax.set_xlabel(i18n.t("plot.widths.x")), ax.set_title(title, fontsize=10)
     ax.spines[["right", "top"]].set_visible(False)
     fig.tight_layout()
     return fig
@@ -352,15 +352,15 @@ def macs_by_part(cached, uncached, title, unit=1e6):
     y = np.arange(len(parts))
     fig = Figure(figsize=(9, 0.55 * len(parts) + 1.2))
     ax = fig.add_subplot()
-    for offset, counts, label, colour in ((0.2, uncached, t("plot.macs.without"), "#cc4125"),
-                                          (-0.2, cached, t("plot.macs.with"), "#3d85c6")):
+    for offset, counts, label, colour in ((0.2, uncached, i18n.t("plot.macs.without"), "#cc4125"),
+                                          (-0.2, cached, i18n.t("plot.macs.with"), "#3d85c6")):
         values = [counts[p] / unit for p in parts]
         bars = ax.barh(y + offset, values, height=0.38, color=colour, label=label)
         ax.bar_label(bars, [f"{v:,.1f}" if v < 100 else f"{v:,.0f}" for v in values], padding=3, fontsize=8)
     ax.set_xscale("log")
     ax.set_xlim(right=ax.get_xlim()[1] * 8)  # room for the labels of the longest bars
-    ax.set_yticks(y, [t("macs." + p) if "macs." + p in TEXT else p for p in parts])  # memory's parts, in words
-    ax.set_xlabel(t("plot.macs.xlabel"))
+    ax.set_yticks(y, [i18n.t("macs." + p) if "macs." + p in i18n.TEXT else p for p in parts])  # memory's parts, in words
+    ax.set_xlabel(i18n.t("plot.macs.xlabel"))
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(axis="x", alpha=0.3)

@@ -85,7 +85,7 @@ class DecodeStep(View):
             # the last row is the new token's (K and V): never cut it; cut the middle of a long cache instead
             shown = [row_text(r) for r in rows] if len(rows) <= 6 else \
                 [*map(row_text, rows[:2]), f"… {len(rows) - 3} rows …", row_text(rows[-1])]
-            note = t("step.summary_mask") \
+            note = i18n.t("step.summary_mask") \
                 if name == "mask" and not any(x for r in rows for x in r) else ""
             lines.append(f"{name} ({len(rows)} × {len(rows[0])}): " + " | ".join(shown) + note)
         return "\n".join(lines)
