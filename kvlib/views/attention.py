@@ -86,7 +86,7 @@ class AttentionGrid(View):
     def summary(self):
         layer = self.weights[self.layer]
         grid = mean_of_heads(layer) if self.head == "mean" else layer[self.head]
-        which = t("att.summary_mean") if self.head == "mean" else t("att.head", head=self.head)
+        which = t("att.summary_mean") if self.head == "mean" else t("att.head_n", h=self.head)
         lines = [self.title, t("att.summary", layer=self.layer, which=which)]
         if len(grid) <= 14:
             lines += [f"{t!r:>14} " + " ".join(f"{w:.2f}" for w in row[:i + 1])

@@ -7,10 +7,10 @@ const INPUTS = { q: [], K: [], scores: ["q", "K"], mask: ["scores"], weights: ["
 
 function render({ model, el }) {
   const { root, tip, body, cleanup } = KV.frame(model, el, "step");
-  const w = model.get("words");  // labels in the notebook's language (kvlib.i18n)
   const P = model.get("parts"), STEP_PARTS = model.get("order"), tokens = model.get("tokens"), d = model.get("digits"), hs = model.get("head_dim");
   const S = tokens.length, me = KV.quoted(tokens[S - 1]), link = model.get("link"), toy = model.get("toy");
-  const n = (x) => KV.num(x, d), w = model.get("words"), say = (key, values) => KV.fill(w[key], { me, hs, S, ...values });
+  const w = model.get("words");  // labels in the notebook's language (kvlib.i18n)
+  const n = (x) => KV.num(x, d);
   const terms = (a, b) => {  // "0.40×0.50 + −0.20×0.10 + …" (the first 4 products when there are many)
     const shown = a.slice(0, 4).map((x, i) => `${n(x)}×${n(b[i])}`).join(" + ");
     return a.length > 4 ? KV.fill(w.products, { shown, n: a.length }) : shown;
