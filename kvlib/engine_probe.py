@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from .endpoint import Endpoint, connect
 from .errors import KVLibError
+from .i18n import t
 from .measure import timed
 from .serving import CACHING
 from .texttable import text_table
@@ -74,8 +75,7 @@ def stream_table(runs, replies):
     (kvlib, kvlib_off), (engine, engine_off) = ([runs[n].served for n in CACHING]), ([replies[n] for n in CACHING])
     ms = lambda seconds: f"{seconds * 1e3:,.0f} ms"
     return text_table(
-        ["request", "prompt\ntokens", "kvlib\nreused", "llama-server\nreused",
-         "kvlib first token\nwith / without", "llama-server first token\nwith / without"],
+        t("engine.stream_heads").split("|"),  # six heads, in kvlib's language
         [[s.request.label, f"{len(s.request.prompt_ids):,}", f"{s.reused:,}", f"{r.timings['cache_n']:,}",
           f"{ms(s.ttft)} / {ms(s_off.ttft)}", f"{ms(r.ttft)} / {ms(r_off.ttft)}"]
          for s, s_off, r, r_off in zip(kvlib, kvlib_off, engine, engine_off)])
@@ -94,8 +94,8 @@ class ParallelRun:
     seconds: dict  # round -> wall seconds, from sending the first request to the last reply
 
     def table(self):
-        return text_table(["round", "request", "slot", "reused", "computed", "first token", "round took"],
-                          [[name if j == 0 else "", str(j + 1), str(slot), f"{r.timings['cache_n']:,}",
+        return text_table(t("engine.slots_heads").split("|"),
+                          [[t(f"engine.{name}") if j == 0 else "", str(j + 1), str(slot), f"{r.timings['cache_n']:,}",
                             f"{r.timings['prompt_n']:,}", f"{r.ttft * 1e3:,.0f} ms",
                             f"{self.seconds[name] * 1e3:,.0f} ms" if j == 0 else ""]
                            for name in ROUNDS

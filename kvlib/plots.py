@@ -468,12 +468,12 @@ def throughput_by_batch(batches, tokens_per_second, title):
         ax.plot(b, tps[0] * b / b[0], ":", color=colour, lw=1.2)
         ax.annotate(f"{tps[-1] / tps[0]:.1f}x", (b[-1], tps[-1]), xytext=(6, 0), textcoords="offset points",
                     va="center", fontsize=10, color=colour)
-    ax.plot([], [], ":", color="#555555", label="dotted: b x batch 1 (free batching)")
+    ax.plot([], [], ":", color="#555555", label=t("plot.batch.free"))
     ax.set_xscale("log", base=2), ax.set_yscale("log")
     ax.set_xlim(b[0] / 1.3, b[-1] * 1.8)  # room for the gains written after the last points
     ax.set_xticks(b, [str(int(x)) for x in b])
-    ax.set_xlabel("batch size b (sequences decoded together)", fontsize=11)
-    ax.set_ylabel("tokens per second, all sequences", fontsize=11)
+    ax.set_xlabel(t("plot.batch.xlabel"), fontsize=11)
+    ax.set_ylabel(t("plot.batch.ylabel"), fontsize=11)
     ax.set_title(title, fontsize=11)
     ax.legend(fontsize=9, loc="upper left")
     ax.grid(alpha=0.3, which="both")

@@ -46,6 +46,7 @@ const KV = (() => {
   // a label from the view's words (kvlib.i18n) with its {names} filled: fill("{n} tokens", {n: 3})
   const fill = (text, values) => text.replace(/\{(\w+)\}/g, (all, name) => (name in values ? String(values[name]) : all));
   const plural = (n, word) => `${int(n)} ${word}${n === 1 ? "" : "s"}`;
+  const count = (n, one, many) => fill(n === 1 ? one : many, { n: int(n) });  // "1 slot", "4 slots"
 
   // blue for negative, orange for positive (both readable by the colour-blind); strength = |v| / max
   function heat(v, max) {
@@ -190,6 +191,6 @@ const KV = (() => {
     return { root, tip, body, redrawn, cleanup: stop };
   }
 
-  return { PALETTE, TINTS, h, s, label, quoted, num, absMax, int, fill, plural, heat, ink, hover, onHover, light, tooltip, hoverable,
+  return { PALETTE, TINTS, h, s, label, quoted, num, absMax, int, plural, fill, count, heat, ink, hover, onHover, light, tooltip, hoverable,
            fold, matrix, button, stepper, frame };
 })();

@@ -13,6 +13,7 @@ import reprlib
 import traitlets as T
 
 from ..errors import KVLibError
+from ..i18n import TEXT, local, t
 from ..serving import ServingRun
 from ..texttable import text_table
 from .base import View, module
@@ -26,6 +27,7 @@ def ms(seconds):
 
 class ServingTimeline(View):
     _esm = module("timeline.js")
+    WORDS = "timeline"
     title = T.Unicode("").tag(sync=True)
     requests = T.List().tag(sync=True)  # per request of the stream: {label, prompt, answer} (tokens)
     runs = T.List().tag(sync=True)      # per run: {name, policy, max_batch, n_blocks, block_size, tokens, ms,
@@ -35,10 +37,10 @@ class ServingTimeline(View):
                                         #   cached: [step], served: [{slot, reused, ttft_ms, latency_ms}]}
 
     @classmethod
-    def of(cls, runs, title="Serving a stream of requests: which request holds which slot at each step"):
+    def of(cls, runs, title=None):
         """runs: ServingRuns of one stream (a list, or side_by_side's {policy: run}, caching_side_by_side's
         {"prefix caching": run, "no prefix caching": run}, or one run), drawn in that order, a dict's keys
-        naming them."""
+        naming them. title: by default, the view's own in kvlib's language."""
         names = [str(k) for k in runs] if isinstance(runs, dict) else None
         runs = [runs] if isinstance(runs, ServingRun) else list(runs.values()) if isinstance(runs, dict) else runs
         if not (isinstance(runs, (list, tuple)) and all(isinstance(r, ServingRun) and r.served and r.steps for r in runs)):
@@ -49,12 +51,15 @@ class ServingTimeline(View):
         for run in runs:
             if [(s.request.label, len(s.request.prompt_ids), s.request.max_new_tokens) for s in run.served] != stream:
                 raise KVLibError("the runs served different requests: show runs of one stream side by side")
+        title = t("timeline.title") if title is None else title
         return cls(title=title, requests=[dict(label=l, prompt=p, answer=a) for l, p, a in stream],
                    runs=[cls.data(run, k) for run, k in zip(runs, names or [None] * len(runs))]).check_size()
 
     @staticmethod
     def data(run, key=None):  # one ServingRun as plain data; key: its name in the caller's dict
-        name = f"{run.policy} batching" + ("" if key in (None, run.policy) else f", {key}")
+        name = t(f"timeline.{run.policy}")  # a key kvlib names ("prefix caching") in kvlib's language; others as given
+        if key not in (None, run.policy):
+            name = t("timeline.named", policy=name, name=local(TEXT.get(f"timeline.{key}", key)))
         return dict(
             name=name, policy=run.policy, max_batch=run.max_batch, n_blocks=run.n_blocks, block_size=run.block_size,
             tokens=run.tokens, ms=ms(run.seconds), tokens_per_second=round(run.tokens_per_second, 1),
@@ -67,29 +72,29 @@ class ServingTimeline(View):
 
     def summary(self):
         if not self.runs:
-            return "No runs to show: give ServingTimeline.of the runs of serving.side_by_side (or serving.serve)."
+            return t("timeline.text_empty")
         try:
             return self._table()
         except (KeyError, TypeError, IndexError) as err:  # runs set by hand: said in place, as the page says it
-            return f"This view could not draw its data: {err!r}"
+            return t("timeline.broken", error=repr(err))
 
     def _table(self):
-        lines = [self.title, "cells: a request's letter; ▸ its prefill; ↺ its prefill, reading cached blocks; "
-                             ". an idle slot"]
+        lines = [self.title, t("timeline.text_cells")]
         for j, run in enumerate(self.runs):
-            lines.append(f"\nrun {j + 1} · {run['name']}: {run['tokens']:,} tokens in {run['ms']:,.1f} ms = "
-                         f"{run['tokens_per_second']:,.1f} tokens/s; mean latency {run['mean_latency_ms']:,.1f} ms, "
-                         f"mean time to first token {run['mean_ttft_ms']:,.1f} ms; {run['idle']:.0%} of slot-steps idle; "
-                         f"blocks: {run['blocks_allocated']:,} allocated, {run['blocks_freed']:,} freed, "
-                         f"{run['blocks_cached']:,} kept by the index")
+            lines.append("\n" + t("timeline.text_run", j=j + 1, name=run["name"], tokens=f"{run['tokens']:,}",
+                                    ms=f"{run['ms']:,.1f}", rate=f"{run['tokens_per_second']:,.1f}",
+                                    latency=f"{run['mean_latency_ms']:,.1f}", ttft=f"{run['mean_ttft_ms']:,.1f}",
+                                    idle=f"{run['idle']:.0%}", allocated=f"{run['blocks_allocated']:,}",
+                                    freed=f"{run['blocks_freed']:,}", cached=f"{run['blocks_cached']:,}"))
             for slot in range(run["max_batch"]):
                 row = [c and self.requests[c[0]]["label"] + self._mark(run, c) for c in (step[slot] for step in run["cells"])]
-                lines.append(f"slot {slot}: " + " ".join(c or "." for c in row))
+                lines.append(t("timeline.slot_head", slot=slot) + ": " + " ".join(c or "." for c in row))
         rows = [[q["label"], q["prompt"], q["answer"]] + [f"{run['served'][k]['reused']:,}" for run in self.runs] +
                 [f"{run['served'][k][f]:,.1f}" for run in self.runs for f in ("ttft_ms", "latency_ms")]
                 for k, q in enumerate(self.requests)]
-        heads = ["request", "prompt", "answer"] + [f"run {j + 1}\nreused" for j in range(len(self.runs))] + \
-            [f"run {j + 1}\n{f}" for j in range(len(self.runs)) for f in ("TTFT ms", "latency ms")]
+        heads = [t(f"timeline.text_{f}") for f in ("request", "prompt", "answer")] + \
+            [t("timeline.text_reused", j=j + 1) for j in range(len(self.runs))] + \
+            [t(f"timeline.text_{f}", j=j + 1) for j in range(len(self.runs)) for f in ("ttft_ms", "latency_ms")]
         return "\n".join(lines + ["", text_table(heads, rows)])
 
     @staticmethod
