@@ -223,6 +223,33 @@ def test_zh_05_kv_cache(browser, lab, model):
     screenshots(page, "zh-05", (".kv-view",))
 
 
+def test_zh_08_serving(browser, lab, model):
+    """The Chinese notebook 8: its serving timelines speak Chinese (runs' names, figures, legend, a cell's tooltip)
+    over the same schedule as the English, and section 3's Chinese system prompt is read from cached blocks."""
+    from kvlib import serving
+    from kvlib.exercises import n08
+
+    page, errors = open_and_run(browser, lab, "zh/08_serving.ipynb", timeout_s=500)
+    check_clean(page, errors, "zh/08")
+    check_saved(page, "zh/08_serving.ipynb")
+    stream = serving.request_stream(model, 16, seed=0)
+    run = serving.serve(model, stream, "continuous", max_batch=4, prefix_caching=False)  # as section 2 runs it
+    view = page.locator(".kv-view").filter(has=page.locator(".kv-sv-run")).first
+    grid = view.locator(".kv-sv-run[data-policy='continuous']")
+    assert grid.get_attribute("data-name") == "连续批处理"
+    assert grid.locator(".kv-sv-figures").inner_text().startswith(f"连续批处理 · 4 个槽位 · {len(run.steps)} 步 · ")
+    assert "空闲：这个槽位里没有请求" in view.locator(".kv-legend").inner_text()
+    i = max(range(len(stream)), key=lambda j: stream[j].max_new_tokens)
+    cell = grid.locator(f"td[data-request='{i}'][data-kind='decode']").first
+    step, slot = cell.get_attribute("data-step"), cell.get_attribute("data-slot")
+    assert tip(page, cell).startswith(f"请求 {stream[i].label} · 连续批处理 · 第 {step} 步 · 槽位 {slot}\n解码：")
+    shot(view, "zh-08-timeline")
+    on = page.locator(".kv-sv-run[data-name='连续批处理，前缀缓存'] td[data-kind='prefill']")
+    assert on.all_inner_texts().count("▸A") == 1 and sum(t.startswith("↺") for t in on.all_inner_texts()) == 7
+    reveal_answer(page, errors, "zh/08", "看答案", f"答案：{n08.users_fit(131072)}。")  # the first exercise's
+    screenshots(page, "zh-08")
+
+
 def shorter(text):  # the first half of a prompt's words, then another word: the prompts part there
     words = text.split()
     return " ".join(words[:len(words) // 2] + ["elsewhere"])
