@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from . import memory
 from .errors import KVLibError, check_count, is_count
+from .i18n import t
 
 HELDOUT = Path(__file__).parent / "assets" / "heldout_measure_for_measure.txt"
 GROUP = 32           # numbers sharing one scale and zero-point in a quantized cache (KIVI's group size)
@@ -54,9 +55,9 @@ class Result:
         return self.loss - self.baseline_loss
 
     def __str__(self):
-        return (f"{self.name}: {self.bytes_per_token:,.0f} bytes/token vs {self.baseline_bytes_per_token:,.0f} "
-                f"({self.saving:.0%} saved), loss {self.loss:.3f} vs {self.baseline_loss:.3f} nats, "
-                f"KL {self.kl:.4f} nats")
+        return t("compression.result", name=self.name, bytes=f"{self.bytes_per_token:,.0f}",
+                 baseline=f"{self.baseline_bytes_per_token:,.0f}", saving=f"{self.saving:.0%}", loss=f"{self.loss:.3f}",
+                 baseline_loss=f"{self.baseline_loss:.3f}", kl=f"{self.kl:.4f}")
 
 
 def heldout_ids(model, n_tokens):  # -> list[int], the first n_tokens of the play's first act
@@ -139,9 +140,8 @@ def grouped_kv(model, ids, n_kv_head):
     c = model.config
     kind = "MQA" if n_kv_head == 1 else "GQA"
     bytes_per_token = memory.kv_bytes_per_token(c.n_layer, n_kv_head, c.head_dim, model.dtype.itemsize)
-    heads = "1 K/V head" if n_kv_head == 1 else f"{n_kv_head} K/V heads"
-    return _measure(f"{kind}: {heads} for {c.n_head} query heads (averaged, not trained)",
-                    model, ids_t, logits, bytes_per_token)
+    heads = t("compression.kv_head") if n_kv_head == 1 else t("compression.kv_heads", n=n_kv_head)
+    return _measure(t("compression.grouped", kind=kind, heads=heads, n=c.n_head), model, ids_t, logits, bytes_per_token)
 
 
 # --- a quantized cache -------------------------------------------------------------------------
@@ -195,8 +195,8 @@ def quantized_kv(model, ids, bits, keys="channel", values="token", recent=0):
     numbers = _baseline_bytes(model) // full  # per token
     quantized_bytes = bits / 8 + SCALE_BYTES / GROUP if bits is not None else full  # per number
     bytes_per_token = numbers * (done * quantized_bytes + (total - done) * full) / total
-    name = (f"int{bits} cache (keys per {keys}, values per {values}, {recent} recent kept)"
-            if bits is not None else "full-precision cache")
+    name = (t("compression.quantized", bits=bits, keys=t(f"compression.{keys}"), values=t(f"compression.{values}"),
+              recent=recent) if bits is not None else t("compression.full"))
     return _measure(name, model, ids_t, torch.cat(logits), bytes_per_token)
 
 
@@ -237,5 +237,5 @@ def sliding_window(model, ids, window, sinks=0):
                          f"or nothing is dropped")
     logits = model.forward(ids_t, cache=cache)
     held = window + sinks  # tokens the cache holds once the text has moved past the window
-    return _measure(f"sliding window of {window} + {sinks} sink tokens", model, ids_t, logits,
+    return _measure(t("compression.window", window=window, sinks=sinks), model, ids_t, logits,
                     _baseline_bytes(model) * held / len(ids_t))

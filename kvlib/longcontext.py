@@ -11,6 +11,7 @@ import torch
 
 from . import memory
 from .errors import KVLibError
+from .i18n import t
 from .gpt2 import fused_attention
 from .measure import check_repeats, one_thread, random_ids, timed
 from .texttable import text_table
@@ -80,8 +81,7 @@ def _mark(arch, context):
 
 
 def _past_note(marked):
-    return (f"\n{PAST} past the model's trained context: the bytes the formula gives, for a text the model "
-            f"was not trained to read" if marked else "")
+    return "\n" + t("longcontext.past", mark=PAST) if marked else ""
 
 
 def kv_table(names, contexts=(1024, 8192, 131072), bytes_per_number=2):
@@ -91,7 +91,8 @@ def kv_table(names, contexts=(1024, 8192, 131072), bytes_per_number=2):
     rows = [[arch.name] + [_size(memory.kv_bytes(arch, n, 1, bytes_per_number)) + _mark(arch, n) for n in contexts]
             + [_size(memory.all_weight_bytes(arch, bytes_per_number))] for arch in archs]
     marked = any(memory.past_context(arch, n) for arch in archs for n in contexts)
-    return text_table(["model"] + [f"{n:,} tokens" for n in contexts] + ["weights"], rows) + _past_note(marked)
+    heads = [t("longcontext.model")] + [t("longcontext.tokens", n=f"{n:,}") for n in contexts] + [t("longcontext.weights")]
+    return text_table(heads, rows) + _past_note(marked)
 
 
 def mistakes_table(name, context, bytes_per_number=2):
@@ -100,11 +101,12 @@ def mistakes_table(name, context, bytes_per_number=2):
     arch = memory.architecture(name)
     wrong = memory.mistakes(arch, context, bytes_per_number)
     if not wrong:
-        return f"{name}: none of the classic mistakes applies"
+        return t("longcontext.none", name=name)
     right = next(iter(wrong.values()))[1]
-    rows = [[mistake, _size(w), f"{w / r:.2f}x"] for mistake, (w, r) in wrong.items()]
-    return (f"{name} at {context:,} tokens: right answer {_size(right)}{_mark(arch, context)}\n"
-            + text_table(["mistake", "estimate", "of the right answer"], rows) + _past_note(memory.past_context(arch, context)))
+    rows = [[t(f"longcontext.{mistake}"), _size(w), f"{w / r:.2f}x"] for mistake, (w, r) in wrong.items()]
+    heads = [t(f"longcontext.{h}") for h in ("mistake", "estimate", "of_right")]
+    return (t("longcontext.right", name=name, context=f"{context:,}", size=_size(right)) + f"{_mark(arch, context)}\n"
+            + text_table(heads, rows) + _past_note(memory.past_context(arch, context)))
 
 
 def cache_read_seconds(model, lengths, repeats=5, seed=0):

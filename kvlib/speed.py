@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from .batching import generate_batch
+from . import i18n
 from .errors import KVLibError
 from .measure import bare_matmul_seconds, check_repeats, random_ids, timed
 
@@ -47,7 +48,7 @@ def step_seconds(model, lengths=(32, 64, 128, 256, 512), repeats=3, seed=0):
     return {"lengths": np.array(lengths), "repeats": repeats, **{k: np.array(v) for k, v in best.items()}}
 
 
-PREFILLS = {"none": "no prompt cache", "cold": "prompt cache, cold (0 % hits)", "warm": "prompt cache, warm"}
+PREFILLS = {k: i18n.TEXT[f"speed.{k}"]["en"] for k in ("none", "cold", "warm")}  # the bench's labels, in English
 
 
 def prompt_caching(model, prompt_len=1024, uncached_tail=16, repeats=3, seed=0, kinds=tuple(PREFILLS)):
@@ -104,9 +105,9 @@ def batch_rates(model, batches=BATCHES, prompt_len=32, new_tokens=16, repeats=2,
 
 def report_prompt_caching(r):
     t, rc = r["seconds"], r["receipt"]
-    print(f"{r['model']}, {r['prompt_len']}-token prompt, time to first token (median of runs):")
-    for key, label in PREFILLS.items():
-        print(f"  {label:<32} {t[key] * 1e3:9.1f} ms")
-    print(f"  warm receipt: {rc.input_tokens} input, {rc.cached_tokens} cached, {rc.written_tokens} written")
-    print(f"  warm vs cold: {t['cold'] / t['warm']:.1f}x faster")
-    print(f"  cost of a 0 % hit rate: {t['cold'] / t['none'] - 1:+.1%} over no prompt cache")
+    print(i18n.t("speed.report", model=r["model"], n=r["prompt_len"]))
+    for key in PREFILLS:
+        print(f"  {i18n.t(f'speed.{key}'):<32} {t[key] * 1e3:9.1f} ms")
+    print(i18n.t("speed.receipt", input=rc.input_tokens, cached=rc.cached_tokens, written=rc.written_tokens))
+    print(i18n.t("speed.faster", x=f"{t['cold'] / t['warm']:.1f}"))
+    print(i18n.t("speed.zero_hits", cost=f"{t['cold'] / t['none'] - 1:+.1%}"))

@@ -433,7 +433,7 @@ class PromptCacheStream(App):
 DTYPE_BYTES = {"fp32 (4 bytes)": 4, "bf16 / fp16 (2 bytes)": 2, "fp8 / int8 (1 byte)": 1}
 CONTEXTS = [2 ** k for k in range(10, 21)]  # 1K ... 1M tokens
 BATCHES = range(1, 65)  # sequences decoded together
-FITS = {True: "<span style='color:#38761d'>fits</span>", False: "<span style='color:#b00020'>does not fit</span>"}
+FITS = {True: ("#38761d", "calc.fits"), False: ("#b00020", "calc.does_not_fit")}  # colour, and the words beside it
 
 
 def _tokens_label(n):
@@ -460,12 +460,12 @@ class KVCalculator(W.VBox):
                                      ("context", context, CONTEXTS), ("batch", batch, BATCHES)):
             if value not in offered:
                 raise KVLibError(f"the calculator offers {name} {_offer(offered)}, not {value!r}")
-        self.model = W.Dropdown(options=list(memory.CATALOGUE), value=model, description="Model")
-        self.dtype = W.Dropdown(options=list(DTYPE_BYTES), value=dtype, description="Numbers",
-                                layout=W.Layout(width="auto"))
+        self.model = W.Dropdown(options=list(memory.CATALOGUE), value=model, description=t("calc.model"))
+        self.dtype = W.Dropdown(options=[(t(f"calc.{d}"), d) for d in DTYPE_BYTES], value=dtype,
+                                description=t("calc.numbers"), layout=W.Layout(width="auto"))
         self.context = W.SelectionSlider(options=[(_tokens_label(n), n) for n in CONTEXTS], value=context,
-                                         description="Context", continuous_update=False)
-        self.batch = W.IntSlider(value=batch, min=BATCHES[0], max=BATCHES[-1], description="Batch",
+                                         description=t("calc.context"), continuous_update=False)
+        self.batch = W.IntSlider(value=batch, min=BATCHES[0], max=BATCHES[-1], description=t("calc.batch"),
                                  continuous_update=False)
         self.info, self.shown_bytes = W.HTML(), None
         for w in (self.model, self.dtype, self.context, self.batch):
@@ -489,27 +489,24 @@ class KVCalculator(W.VBox):
         total = self.shown_bytes = m.kv_bytes(arch, context, batch, b)
         weights = m.all_weight_bytes(arch, b)
         crossover = m.crossover_context(arch, b, batch)
-        per_layer = " or ".join(f"{n:,}" for n in sorted(set(layers), reverse=True))
-        kinds = (f" ({sum(arch.local_layers)} local layers capped at their {arch.window:,}-token window)"
-                 if arch.window else "")
-        beyond = (f"<br><span style='color:#b45f06'>{_tokens_label(context)} tokens is past {arch.name}'s "
-                  f"trained context of {arch.context:,}: the cache would take this much, the model was not "
-                  f"trained to read it.</span>" if context > arch.context else "")
+        per_layer = t("calc.or").join(f"{n:,}" for n in sorted(set(layers), reverse=True))
+        kinds = t("calc.local", n=sum(arch.local_layers), window=f"{arch.window:,}") if arch.window else ""
+        beyond = (f"<br><span style='color:#b45f06'>"
+                  + t("calc.beyond", label=_tokens_label(context), name=arch.name, context=f"{arch.context:,}")
+                  + "</span>" if context > arch.context else "")
+        fits = {ok: f"<span style='color:{colour}'>{t(key)}</span>" for ok, (colour, key) in FITS.items()}
         rows = "".join(
             f"<tr><td>{html.escape(gpu)}</td><td style='text-align:right'>{_gb(size)}</td>"
             f"<td style='text-align:right'>{total / size:.0%}</td>"
-            f"<td>{FITS[total + weights <= size]}</td></tr>"
+            f"<td>{fits[total + weights <= size]}</td></tr>"
             for gpu, size in m.GPUS.items())
-        return (f"<div style='line-height:1.5'><b>{html.escape(arch.name)}</b>: {arch.n_layer} layers, "
-                + (f"latent attention: {arch.mla[0]} + {arch.mla[1]} numbers per layer per token, shared by all heads"
-                   if arch.mla else f"{arch.n_kv_head} K/V heads × {arch.head_dim} numbers")
-                + f"; {b} byte(s) per number.<br>"
-                f"per layer: <b>{per_layer} bytes</b>{kinds}<br>"
-                f"per sequence of {context:,} tokens: <b>{sequence:,} bytes</b> ({_gb(sequence)})<br>"
-                f"per batch of {batch}: <b>{total:,} bytes</b> ({_gb(total)}) "
-                f"beside {_gb(weights)} of weights<br>"
-                f"the cache outweighs the weights from "
-                f"<b>{'never (within 10M tokens)' if crossover is None else f'{crossover:,} tokens'}</b>"
-                f"{' per sequence, at this batch' if batch > 1 else ''}{beyond}</div>"
-                f"<table style='margin-top:6px'><tr><th>GPU</th><th>memory</th><th>cache / memory</th>"
-                f"<th>cache + weights</th></tr>{rows}</table>")
+        when = t("calc.never") if crossover is None else t("calc.tokens", n=f"{crossover:,}")
+        return (f"<div style='line-height:1.5'><b>{html.escape(arch.name)}</b>: {t('calc.layers', n=arch.n_layer)}, "
+                + (t("calc.latent", latent=arch.mla[0], rope=arch.mla[1])
+                   if arch.mla else t("calc.heads", heads=arch.n_kv_head, size=arch.head_dim))
+                + f"; {t('calc.per_number', n=b)}<br>"
+                + t("calc.per_layer", bytes=per_layer) + f"{kinds}<br>"
+                + t("calc.per_sequence", context=f"{context:,}", bytes=f"{sequence:,}", gb=_gb(sequence)) + "<br>"
+                + t("calc.per_batch", batch=batch, bytes=f"{total:,}", gb=_gb(total), weights=_gb(weights)) + "<br>"
+                + t("calc.outweighs", when=when, at_batch=t("calc.at_batch") if batch > 1 else "") + f"{beyond}</div>"
+                f"<table style='margin-top:6px'><tr>{t('calc.heads_row')}</tr>{rows}</table>")
