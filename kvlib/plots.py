@@ -373,7 +373,7 @@ def step_seconds_by_context(lengths, ms, title):
     already in the cache, with a straight trend line through them."""
     fig = Figure(figsize=(8, 3.4))
     ax = fig.add_subplot()
-    ax.plot(lengths, ms, "o", color="#3d85c6", label=t("plot.context.measured"))
+    ax.plot(lengths, ms, "o", color="#3d85c6", label=i18n.t("plot.context.measured"))
     x = np.asarray(lengths, dtype=float)
     from scipy.stats import theilslopes  # here, not at import: scipy.stats takes seconds to load
 
@@ -381,9 +381,9 @@ def step_seconds_by_context(lengths, ms, title):
     # of the machine cannot tilt it, as it would a least-squares fit
     slope, intercept, _, _ = theilslopes(ms, x, method="joint")  # joint: the intercept is median(y - slope x)
     ax.plot(x, intercept + slope * x, "--", color="#999999",
-            label=t("plot.context.trend", intercept=f"{intercept:.2f}", slope=f"{slope * 1e3:.2f}"))
+            label=i18n.t("plot.context.trend", intercept=f"{intercept:.2f}", slope=f"{slope * 1e3:.2f}"))
     ax.set_ylim(bottom=0)
-    ax.set_xlabel(t("plot.context.xlabel")), ax.set_ylabel(t("plot.context.ylabel"))
+    ax.set_xlabel(i18n.t("plot.context.xlabel")), ax.set_ylabel(i18n.t("plot.context.ylabel"))
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
@@ -401,10 +401,10 @@ def attention_share(lengths, shares_by_model, title):
             raise ValueError(f"{name}: {len(shares)} shares for {len(lengths)} lengths: pass one per length")
         ax.plot(lengths, np.asarray(shares) * 100, color=colour, label=name)
     ax.axhline(50, color="#999999", ls="--", lw=1)
-    ax.text(lengths[0], 52, t("plot.share.half"), fontsize=8, color="#666666")
+    ax.text(lengths[0], 52, i18n.t("plot.share.half"), fontsize=8, color="#666666")
     ax.set_xscale("log")
     ax.set_ylim(0, 100)
-    ax.set_xlabel(t("plot.share.xlabel")), ax.set_ylabel(t("plot.share.ylabel"))
+    ax.set_xlabel(i18n.t("plot.share.xlabel")), ax.set_ylabel(i18n.t("plot.share.ylabel"))
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
@@ -428,7 +428,7 @@ def savings_vs_loss(names, saved, kl, title):
                     ha="right" if left else "left", fontsize=7, color=colour)
     ax.set_yscale("log")
     ax.set_xlim(0, 100)
-    ax.set_xlabel(t("plot.savings.xlabel")), ax.set_ylabel(t("plot.savings.ylabel"))
+    ax.set_xlabel(i18n.t("plot.savings.xlabel")), ax.set_ylabel(i18n.t("plot.savings.ylabel"))
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -445,7 +445,7 @@ def loss_by_position(curves, title, smooth=16):
             raise ValueError(f"{label}: {len(losses)} positions, fewer than smooth={smooth}: pass a longer text")
         moving = np.convolve(losses, np.ones(smooth) / smooth, mode="valid")
         ax.plot(np.arange(len(moving)) + smooth // 2, moving, color=colour, label=label)
-    ax.set_xlabel(t("plot.loss.xlabel")), ax.set_ylabel(t("plot.loss.ylabel", n=smooth))
+    ax.set_xlabel(i18n.t("plot.loss.xlabel")), ax.set_ylabel(i18n.t("plot.loss.ylabel", n=smooth))
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
@@ -468,12 +468,12 @@ def throughput_by_batch(batches, tokens_per_second, title):
         ax.plot(b, tps[0] * b / b[0], ":", color=colour, lw=1.2)
         ax.annotate(f"{tps[-1] / tps[0]:.1f}x", (b[-1], tps[-1]), xytext=(6, 0), textcoords="offset points",
                     va="center", fontsize=10, color=colour)
-    ax.plot([], [], ":", color="#555555", label=t("plot.batch.free"))
+    ax.plot([], [], ":", color="#555555", label=i18n.t("plot.batch.free"))
     ax.set_xscale("log", base=2), ax.set_yscale("log")
     ax.set_xlim(b[0] / 1.3, b[-1] * 1.8)  # room for the gains written after the last points
     ax.set_xticks(b, [str(int(x)) for x in b])
-    ax.set_xlabel(t("plot.batch.xlabel"), fontsize=11)
-    ax.set_ylabel(t("plot.batch.ylabel"), fontsize=11)
+    ax.set_xlabel(i18n.t("plot.batch.xlabel"), fontsize=11)
+    ax.set_ylabel(i18n.t("plot.batch.ylabel"), fontsize=11)
     ax.set_title(title, fontsize=11)
     ax.legend(fontsize=9, loc="upper left")
     ax.grid(alpha=0.3, which="both")

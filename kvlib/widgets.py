@@ -491,7 +491,7 @@ class KVCalculator(W.VBox):
         crossover = m.crossover_context(arch, b, batch)
         per_layer = t("calc.or").join(f"{n:,}" for n in sorted(set(layers), reverse=True))
         kinds = t("calc.local", n=sum(arch.local_layers), window=f"{arch.window:,}") if arch.window else ""
-        beyond = (f"<br><span style='color:#b45f06'>"
+        beyond = ("<br><span style='color:#b45f06'>"
                   + t("calc.beyond", label=_tokens_label(context), name=arch.name, context=f"{arch.context:,}")
                   + "</span>" if context > arch.context else "")
         fits = {ok: f"<span style='color:{colour}'>{t(key)}</span>" for ok, (colour, key) in FITS.items()}
