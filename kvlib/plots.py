@@ -179,12 +179,12 @@ def resend_hits(runs, title):
     routers = list(dict.fromkeys(r.router for r in runs))
     for k, name in enumerate(routers):
         mine = sorted((r.replicas, r.repeat_hit_rate) for r in runs if r.router == name)
-        ax.plot(*zip(*mine), marker=MARKERS[k], color=FAMILY_COLOURS[k], label=f"router: {name}")
+        ax.plot(*zip(*mine), marker=MARKERS[k], color=FAMILY_COLOURS[k], label=i18n.t("plot.resend.router", name=name))
     ns = sorted({r.replicas for r in runs})
-    ax.plot(ns, [1 / n for n in ns], "--", color="#999999", label="1 / replicas")
-    ax.set_xticks(ns), ax.set_xlabel("replicas (machines, each with its own cache)")
+    ax.plot(ns, [1 / n for n in ns], "--", color="#999999", label=i18n.t("plot.resend.chance"))
+    ax.set_xticks(ns), ax.set_xlabel(i18n.t("plot.resend.xlabel"))
     ax.set_ylim(0, 1.05), ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
-    ax.set_ylabel("resends that hit"), ax.set_title(title, fontsize=10)
+    ax.set_ylabel(i18n.t("plot.resend.ylabel")), ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8), ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
@@ -312,16 +312,16 @@ def widths(dims_by_name, title):
     return fig
 
 
-def time_to_first_token(lengths, cold_ms, warm_ms, title, warm_label="warm: all but the last 16 tokens cached"):
+def time_to_first_token(lengths, cold_ms, warm_ms, title, warm_label=None):
     """Time to first token against prompt length, with nothing cached (cold) and with the prefix cached (warm)."""
     if not len(lengths) == len(cold_ms) == len(warm_ms):
         raise ValueError(f"{len(lengths)} lengths, {len(cold_ms)} cold and {len(warm_ms)} warm times: "
                          "pass one time of each per length")
     fig = Figure(figsize=(7, 3.4))
     ax = fig.add_subplot()
-    ax.plot(lengths, cold_ms, "o-", color="#cc4125", label="cold: the whole prompt computed")
-    ax.plot(lengths, warm_ms, "o-", color="#3d85c6", label=warm_label)
-    ax.set_xlabel("prompt tokens"), ax.set_ylabel("ms"), ax.set_title(title, fontsize=10)
+    ax.plot(lengths, cold_ms, "o-", color="#cc4125", label=i18n.t("plot.ttft.cold"))
+    ax.plot(lengths, warm_ms, "o-", color="#3d85c6", label=warm_label or i18n.t("plot.ttft.warm"))
+    ax.set_xlabel(i18n.t("plot.ttft.xlabel")), ax.set_ylabel("ms"), ax.set_title(title, fontsize=10)
     ax.set_ylim(bottom=0), ax.legend(fontsize=8), ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
@@ -335,10 +335,10 @@ def timing_leak(panels, bins=30):
     for k, (title, sent, unsent, p) in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), k + 1)
         edges = np.histogram_bin_edges(np.concatenate([sent, unsent]), bins=bins)  # the same bins for both
-        ax.hist(sent, bins=edges, alpha=0.7, color="#cc4125", label="the victim sent it")
-        ax.hist(unsent, bins=edges, alpha=0.7, color="#3d85c6", label="nobody sent it")
-        ax.set_title(f"{title}: Mann-Whitney p = {p:.1e}", fontsize=10)
-        ax.set_xlabel("attacker's time to first token (ms)"), ax.set_ylabel("prompts"), ax.legend(fontsize=8)
+        ax.hist(sent, bins=edges, alpha=0.7, color="#cc4125", label=i18n.t("plot.leak.sent"))
+        ax.hist(unsent, bins=edges, alpha=0.7, color="#3d85c6", label=i18n.t("plot.leak.unsent"))
+        ax.set_title(i18n.t("plot.leak.title", title=title, p=p), fontsize=10)
+        ax.set_xlabel(i18n.t("plot.leak.xlabel")), ax.set_ylabel(i18n.t("plot.leak.ylabel")), ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -18,6 +18,7 @@ A request's cost, in units of "one uncached input token", follows from its recei
 
 from dataclasses import dataclass
 
+from .i18n import t
 from .models import KVLibError
 from .texttable import text_table
 
@@ -123,35 +124,36 @@ def minimum(prices):
     differs by model (ANTHROPIC_MIN_TOKENS), so its range is given, not the lowest that prompt_cache() uses."""
     if prices.mode == "explicit":
         low, high = min(ANTHROPIC_MIN_TOKENS.values()), max(ANTHROPIC_MIN_TOKENS.values())
-        return f"{low:,}-{high:,} by model"
+        return t("pricing.by_model", low=low, high=high)
     return f"{prices.min_tokens:,}"
 
 
 def kept(prices):
     """How long an unused entry is kept, as the provider states it."""
     if prices.mode == "automatic":
-        return f"{OPENAI_IDLE_MINUTES[0]}-{OPENAI_IDLE_MINUTES[1]} min"
-    return f"{prices.ttl_seconds // 60} min" if prices.ttl_seconds < 3600 else f"{prices.ttl_seconds // 3600} h"
+        return t("pricing.min", n=f"{OPENAI_IDLE_MINUTES[0]}-{OPENAI_IDLE_MINUTES[1]}")
+    return (t("pricing.min", n=prices.ttl_seconds // 60) if prices.ttl_seconds < 3600
+            else t("pricing.hours", n=prices.ttl_seconds // 3600))
 
 
 def table(prices=None):
-    """The price list as text: one line per provider and mode, then where each figure comes from."""
+    """The price list as text: one line per provider and mode, then where each figure comes from (the sources
+    as published, in English, with their dates, in every language)."""
     rows = list((prices or PRICING).values())
-    table = text_table(["provider", "mode", "read", "write", "minimum", "hits come in", "kept unused"],
-                       [[p.provider, p.mode, f"{p.read:.2f}", f"{p.write:.2f}", minimum(p),
-                         f"steps of {p.step}" if p.mode == "automatic" else "marked prefixes", kept(p)]
+    table = text_table([t(f"pricing.{c}") for c in ("provider", "mode", "read", "write", "minimum", "hits", "kept")],
+                       [[p.provider, t(f"mode.{p.mode}"), f"{p.read:.2f}", f"{p.write:.2f}", minimum(p),
+                         t("pricing.steps", n=p.step) if p.mode == "automatic" else t("pricing.marked"), kept(p)]
                         for p in rows], align="<<>>>>>")
     lines = [f"  {p.provider}: {p.source}" for p in rows]
     if any(p.mode == "explicit" for p in rows):
-        lines.append(f"  Anthropic's minimum by model: {ANTHROPIC_MIN_SOURCE}")
-    return "\n".join([table, "", "read and write: per token, as a share of an uncached input token", "sources:"]
-                     + lines)
+        lines.append(t("pricing.min_source", source=ANTHROPIC_MIN_SOURCE))
+    return "\n".join([table, "", t("pricing.per_token"), t("pricing.sources")] + lines)
 
 
 def seat_prices(seats=75):
     """Notebook 6's long prompt: a made-up price list of the Globe Theatre's seats, one line per seat
     ("Seat 1: row B, 6 shillings."), long enough to take a system prompt past the providers' 1,024-token minimum."""
-    return "\n".join(f"Seat {i}: row {chr(65 + i % 20)}, {5 + i % 7} shillings." for i in range(1, seats + 1))
+    return "\n".join(t("pricing.seat", seat=i, row=chr(65 + i % 20), price=5 + i % 7) for i in range(1, seats + 1))
 
 
 def prompt_cache(model, prices, **kwargs):

@@ -1,5 +1,6 @@
 """Tables printed as text, one way for every module: each column as wide as its widest cell,
-labels left-aligned and numbers right-aligned, a rule under the header."""
+labels left-aligned and numbers right-aligned, a rule under the header. A Chinese character takes
+two columns of a fixed-width font, so widths count it twice."""
 
 from unicodedata import east_asian_width
 

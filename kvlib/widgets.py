@@ -349,7 +349,7 @@ class Sent(NamedTuple):  # what sending one request did
 
 
 def _seconds_label(seconds):  # 360 -> "6 min", 90 -> "90 s"
-    return f"{seconds / 60:g} min" if seconds % 60 == 0 else f"{seconds:g} s"
+    return t("stream.minutes", n=seconds / 60) if seconds % 60 == 0 else f"{seconds:g} s"
 
 
 class PromptCacheStream(App):
@@ -369,15 +369,14 @@ class PromptCacheStream(App):
         self.pc, self.seconds_between = pc, seconds_between
         self.requests, self.results = [StreamRequest(*r) for r in requests], []  # results: a Sent per request sent
         auto = W.Layout(width="auto")  # the whole label, never cut short
-        self.next = W.Button(description="Send next request", button_style="primary", icon="paper-plane", layout=auto)
+        self.next = W.Button(description=t("stream.send"), button_style="primary", icon="paper-plane", layout=auto)
         never = math.isinf(pc.ttl)  # nothing to fast-forward to
-        self.forward = W.Button(description="No TTL: entries never expire" if never else
-                                f"Fast-forward {_seconds_label(pc.ttl + 60)}", icon="forward", disabled=never,
+        self.forward = W.Button(description=t("stream.no_ttl") if never else
+                                t("stream.forward", t=_seconds_label(pc.ttl + 60)), icon="forward", disabled=never,
                                 layout=W.Layout(width="auto"))
         p = self.prices
-        self.view = PromptBlocks(pc, note=f"cost: in units of one uncached input token at {p.provider}'s ratios "
-                                      f"(cached {p.read:g}x, written {p.write:g}x), as if past its "
-                                      f"{p.min_tokens:,}-token minimum")
+        self.view = PromptBlocks(pc, note=t("stream.note", provider=p.provider, read=p.read, write=p.write,
+                                            least=p.min_tokens))
         self.status = W.HTML()
         self.next.on_click(lambda _: self.send())
         self.forward.on_click(lambda _: self.fast_forward())
@@ -389,8 +388,8 @@ class PromptCacheStream(App):
 
     def send(self):
         if len(self.results) == len(self.requests):
-            self.status.value = "All requests sent. " + ("Build a new stream." if self.forward.disabled else
-                                                         "Fast-forward the clock or build a new stream.")
+            self.status.value = t("stream.all_sent") + t("stream.build_new" if self.forward.disabled else
+                                                         "stream.forward_or_new")
             return
         label, tenant, prompt, mark = self.requests[len(self.results)]
         moved = bool(self.results) and hasattr(self.pc.clock, "now")
@@ -413,9 +412,9 @@ class PromptCacheStream(App):
             self.status.value = _error(f"Sent {label}, but not drawn: {e}")
             return
         evicted = sum(e.kind == "evict" for e in gone)
-        self.status.value = (f"Sent <b>{html.escape(label)}</b>: {r.cached_tokens} of {r.input_tokens} tokens cached, "
-                             f"{r.written_tokens} written; cost {self.cost(r):,.1f} (uncached: {r.input_tokens})"
-                             + (f"; {evicted} blocks evicted to stay within the budget" if evicted else "") + ".")
+        self.status.value = (t("stream.sent", label=html.escape(label), cached=r.cached_tokens, n=r.input_tokens,
+                               written=r.written_tokens, cost=self.cost(r))
+                             + (t("stream.evicted", n=evicted) if evicted else "") + t("stream.end"))
 
     def fast_forward(self):
         if self.forward.disabled:  # no TTL: nothing would ever expire, and the clock would move to infinity
@@ -426,7 +425,7 @@ class PromptCacheStream(App):
             return
         self.pc.clock.now += self.pc.ttl + 60  # a minute past the TTL, as the button says
         n = self.pc.expire()
-        self.status.value = f"Clock moved past the TTL: {n} blocks expired; the cache holds {len(self.pc.index)} now."
+        self.status.value = t("stream.expired", n=n, held=len(self.pc.index))
         self.view.refresh()
 
 

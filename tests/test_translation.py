@@ -171,3 +171,36 @@ def test_the_embedding_map_and_its_app_speak_chinese_and_english(tiny, zh):
 
 def test_every_family_of_words_has_its_names():
     assert all("family." + f in i18n.TEXT for f in embeddings.WORD_FAMILIES)
+
+
+def test_the_prompt_cache_stream_speaks_chinese_and_english(tiny, zh):
+    """Notebook 6's app, its blocks view, the price list and the seat list in Chinese; the same app in English."""
+    from kvlib import pricing
+    from kvlib.prompt_cache import ManualClock
+    from kvlib.texttable import width
+    from kvlib.views import PromptBlocks
+
+    system = "你是迫克，一个乐于助人的小精灵。" * 4
+    pc = kvlib.PromptCache(tiny, block_size=16, ttl_seconds=300, clock=ManualClock())
+    app = widgets.PromptCacheStream(pc, [("问题 1", "acme", system + "什么是爱？"), ("问题 2", "acme", system + "为什么？")])
+    app.send(), app.send()
+    r = app.results[1].prefill.receipt
+    assert r.cached_tokens > 0
+    assert (app.next.description, app.forward.description) == ("发送下一个请求", "快进 6 分钟")
+    assert app.status.value.startswith(f"已发送 <b>问题 2</b>：{r.input_tokens} 个 token 里 {r.cached_tokens} 个来自缓存")
+    view = app.view
+    assert view.words["hit"] == "命中：从缓存里读出" and view.words["col.tenant"] == "租户"
+    assert view.title.startswith(f"自动缓存 · TTL 300 s · 每块 16 个 token · 缓存里有 {len(pc.index)} 个块")
+    assert f"  问题 1: {r.cached_tokens // 16} 个块在 10 s 时被“问题 2”再次读取" in view.summary()
+    held = len(pc.index)
+    app.fast_forward()
+    assert app.status.value == f"时钟已越过 TTL：{held} 个块过期了；缓存里现在有 0 个块。"
+    table = pricing.table(pricing.EXPLICIT).splitlines()
+    assert table[0].split() == ["服务商", "模式", "读", "写", "最少", "token", "命中的单位", "闲置保留"]
+    assert len({width(line) for line in table[:4]}) == 1  # a Chinese character takes two columns: the rows line up
+    assert "reads 0.1x" in table[-2]  # the sources as published, with their dates
+    assert pricing.seat_prices(1) == "1 号座：B 排，6 先令。"
+    i18n.set_language("en")
+    assert widgets.PromptCacheStream(pc, []).next.description == "Send next request"
+    assert PromptBlocks(pc).words["hit"] == "hit: read from the cache"
+    assert pricing.seat_prices(1) == "Seat 1: row B, 6 shillings."

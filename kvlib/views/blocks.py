@@ -18,15 +18,17 @@ import reprlib
 import traitlets as T
 
 from ..errors import KVLibError, is_count, is_number
+from ..i18n import t
 from ..prompt_cache import Prefill, PromptCache
 from ..texttable import text_table
 from .base import View, module, prompt_ids
 
-GONE = {"expire": "expired", "evict": "evicted"}
+GONE = {"expire": "expired", "evict": "evicted"}  # an event's kind -> the word a row and its tooltip say (blocks.<word>)
 
 
 class PromptBlocks(View):
     _esm = module("blocks.js")
+    WORDS = "blocks"
     title = T.Unicode("").tag(sync=True)     # the cache's mode, TTL, block size and what it holds
     note = T.Unicode("").tag(sync=True)      # what the cost column counts
     clock = T.Float(0).tag(sync=True)        # the cache's clock, seconds
@@ -92,12 +94,12 @@ class PromptBlocks(View):
             elif key in went:  # gone since the last look (even if written and evicted in between)
                 stored[h] = {"gone": GONE[went[key].kind], "at": went[key].time}
         held = pc.nbytes  # what it holds (reading it expires nothing)
-        budget = f" of {pc.max_bytes:,}" if pc.max_bytes is not None else ""
-        size = f"blocks of {pc.block_size} tokens" + (", filed to each mark" if pc.mode == "explicit" else "")
+        budget = t("blocks.budget", n=pc.max_bytes) if pc.max_bytes is not None else ""
+        size = t("blocks.size", n=pc.block_size) + (t("blocks.size_marked") if pc.mode == "explicit" else "")
         with self.hold_sync():  # one message to the browser
             self.stored, self.clock = stored, pc.clock()
-            self.title = (f"{pc.mode} caching · TTL {pc.ttl} s · {size} · "
-                          f"cache holds {len(index)} blocks, {held:,}{budget} bytes")
+            self.title = t("blocks.title", mode=t(f"mode.{pc.mode}"), ttl=pc.ttl, size=size, n=len(index),
+                           held=held, budget=budget)
 
     def _follow(self, events, reads):
         """Each row's chips, told what became of the copy that request left: in the events' order, a drop
@@ -139,30 +141,29 @@ class PromptBlocks(View):
         for b in q["blocks"]:
             then, kept = b["then"] or {}, self.stored.get(b["hash"], {}) if b["state"] != "computed" else {}
             if "by" in then:
-                what = f"read again by {then['by']} at {then['at']:,.0f} s"
+                what = t("blocks.fate_used", by=then["by"], at=then["at"])
             elif "gone" in then:
-                what = (f"{then['gone']} at {then['at']:,.0f} s"
-                        + (f" to make room for {then['for']}" if "for" in then else "") + ", before any later use")
+                why = t("blocks.fate_room", request=then["for"]) if "for" in then else ""
+                what = t("blocks.fate_dropped", gone=t(f"blocks.{then['gone']}"), at=then["at"], why=why)
             elif "expires" in kept:
-                what = ("still stored" if math.isinf(kept["expires"]) else
-                        f"still stored, until {kept['expires']:,.0f} s unless used again")
+                what = (t("blocks.fate_kept") if math.isinf(kept["expires"]) else
+                        t("blocks.fate_until", t=kept["expires"]))
             elif "gone" in kept:
-                what = f"{kept['gone']} at {kept['at']:,.0f} s"
+                what = t("blocks.fate_gone", gone=t(f"blocks.{kept['gone']}"), at=kept["at"])
             else:
                 continue
             said[what] = said.get(what, 0) + 1
-        return "; ".join(f"{n} block{'s' * (n > 1)} {what}" for what, n in said.items())
+        return t("blocks.fate_sep").join(t("blocks.fate_many" if n > 1 else "blocks.fate_one", n=n, what=what)
+                                      for what, n in said.items())
 
     def summary(self):
         marks = {state: glyph for state, glyph in (("hit", "✓"), ("written", "+"), ("computed", "·"))}
         rows = [[q["label"], q["tenant"], "".join(marks[b["state"]] for b in q["blocks"])
-                 + (f" {q['tail']} more" if q["tail"] else ""), q["input"], q["cached"], q["written"],
+                 + (t("blocks.summary_more", n=q["tail"]) if q["tail"] else ""), q["input"], q["cached"], q["written"],
                  f"{q['cost']:,.1f}"] for q in self.requests]
         fates = [f"  {q['label']}: {self.fate(q)}" for q in self.requests if self.fate(q)]
-        return "\n".join([self.title, f"clock {self.clock:.0f} s (simulated)",
-                          "blocks: ✓ read from the cache, + written, · computed and not kept; "
-                          "n more: the tokens after the last full block, always computed",
-                          text_table(["request", "tenant", "blocks", "input", "cached", "written", "cost"], rows,
-                                     align="<<<>>>>")]
+        columns = [t(f"blocks.col.{c}") for c in ("label", "tenant", "blocks", "input", "cached", "written", "cost")]
+        return "\n".join([self.title, t("blocks.summary_clock", t=self.clock), t("blocks.summary_key"),
+                          text_table(columns, rows, align="<<<>>>>")]
                          + ([self.note] if self.note else [])
-                         + (["what became of the blocks each request read or wrote:"] + fates if fates else []))
+                         + ([t("blocks.summary_fates")] + fates if fates else []))
