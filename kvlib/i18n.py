@@ -541,6 +541,7 @@ TEXT = {
     "blocks.fate_one": {"en": "{n} block {what}", "zh": "{n} 个块{what}"},
     "blocks.fate_many": {"en": "{n} blocks {what}", "zh": "{n} 个块{what}"},
     "blocks.fate_sep": {"en": "; ", "zh": "；"},
+    "blocks.fate_line": {"en": "  {label}: {fate}", "zh": "  {label} → {fate}"},
     "blocks.summary_clock": {"en": "clock {t:.0f} s (simulated)", "zh": "时钟 {t:.0f} s（模拟的）"},
     "blocks.summary_key": {"en": "blocks: ✓ read from the cache, + written, · computed and not kept; "
                                  "n more: the tokens after the last full block, always computed",

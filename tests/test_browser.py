@@ -274,6 +274,31 @@ def test_zh_08_serving(browser, lab, model):
     screenshots(page, "zh-08")
 
 
+def test_zh_06_prompt_caching(browser, lab, model):
+    """The Chinese notebook 6: its stream of requests on a Chinese system prompt speaks Chinese, from the blocks
+    view's header, legend and a chip's tooltip to the app's button and status, and the exercise's answer."""
+    from kvlib import exercises
+
+    page, errors = open_and_run(browser, lab, "zh/06_prompt_caching.ipynb", timeout_s=400)
+    check_clean(page, errors, "zh/06")
+    check_saved(page, "zh/06_prompt_caching.ipynb")
+    send = "button:has-text('发送下一个请求')"
+    stream = page.locator(".widget-vbox").filter(has=page.locator(send)).first
+    view = stream.locator(".kv-blocks")
+    assert view.locator("th").all_inner_texts()[:3] == ["请求", "租户", "发送于"]
+    assert "命中：从缓存里读出" in view.locator(".kv-legend").inner_text()
+    text = tip(page, view.locator("tr.kv-request").nth(1).locator(".kv-block").first)
+    assert text.startswith("系统提示词 + 问题 2 · 第 0 块 · token 0–15 · 命中：从缓存里读出"), text
+    assert "哈希 " in text
+    stream.locator(send).click()
+    page.wait_for_function("(el) => el.innerText.includes('已发送')", arg=stream.element_handle(), timeout=30_000)
+    settle(page, errors, "zh/06", "发送下一个请求")
+    assert view.locator("tr.kv-request").nth(4).locator("td[data-field='label']").inner_text() == "系统提示词 + 问题 3"
+    answer = exercises.REGISTRY["06.second_request_cached"].answer(model)
+    reveal_answer(page, errors, "zh/06", "看答案", f"答案：{answer}。")
+    screenshots(page, "zh-06")
+
+
 def shorter(text):  # the first half of a prompt's words, then another word: the prompts part there
     words = text.split()
     return " ".join(words[:len(words) // 2] + ["elsewhere"])

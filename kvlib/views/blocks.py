@@ -161,7 +161,7 @@ class PromptBlocks(View):
         rows = [[q["label"], q["tenant"], "".join(marks[b["state"]] for b in q["blocks"])
                  + (t("blocks.summary_more", n=q["tail"]) if q["tail"] else ""), q["input"], q["cached"], q["written"],
                  f"{q['cost']:,.1f}"] for q in self.requests]
-        fates = [f"  {q['label']}: {self.fate(q)}" for q in self.requests if self.fate(q)]
+        fates = [t("blocks.fate_line", label=q["label"], fate=self.fate(q)) for q in self.requests if self.fate(q)]
         columns = [t(f"blocks.col.{c}") for c in ("label", "tenant", "blocks", "input", "cached", "written", "cost")]
         return "\n".join([self.title, t("blocks.summary_clock", t=self.clock), t("blocks.summary_key"),
                           text_table(columns, rows, align="<<<>>>>")]
