@@ -523,6 +523,7 @@ TEXT = {
     "blocks.legend_tail": {"en": "n more", "zh": "另 n 个"},
     "blocks.legend_tail_what": {"en": " last tokens, after the last full block: always computed",
                                 "zh": " 最后一个整块之后的 token：每次都要算"},
+    # notebook 06: a cache's mode, in the blocks view's title and in the price table
     "mode.automatic": {"en": "automatic", "zh": "自动"},
     "mode.explicit": {"en": "explicit", "zh": "显式"},
     "blocks.title": {"en": "{mode} caching · TTL {ttl} s · {size} · cache holds {n} blocks, {held:,}{budget} bytes",
