@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .errors import KVLibError, check_count
+from .i18n import t
 from .kv_cache import one_sequence
 
 
@@ -58,11 +59,11 @@ def pick(model, gen, logits, rules):  # logits [V] -> the next token, appended t
     token = sample(logits, rules.temperature, rules.top_k, rules.top_p, rules.generator)
     gen.ids.append(token)
     if len(gen.ids) == rules.max_new_tokens:
-        gen.stop_reason = f"max_new_tokens ({rules.max_new_tokens}) reached"
+        gen.stop_reason = t("stop.max_new_tokens", n=rules.max_new_tokens)
     elif rules.stop_at_eos and token == model.eos_token_id:
-        gen.stop_reason = "end-of-text token"
+        gen.stop_reason = t("stop.eos")
     elif len(gen.prompt_ids) + len(gen.ids) >= model.config.n_ctx:
-        gen.stop_reason = f"context full: {model.name} holds {model.config.n_ctx} tokens"
+        gen.stop_reason = t("stop.context", model=model.name, n=model.config.n_ctx)
     return token
 
 
@@ -116,7 +117,7 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
         piece = "" if gen.text.endswith("\ufffd") else gen.text[len(shown):]
         shown += piece
         if on_token is not None and on_token(token, piece) is False:
-            gen.stop_reason = "stopped by on_token"  # a Stop button outranks the rule this token met, if any
+            gen.stop_reason = t("stop.on_token")  # a Stop button outranks the rule this token met, if any
         if gen.stop_reason:
             return gen
         feed = [token] if use_cache else gen.prompt_ids + gen.ids

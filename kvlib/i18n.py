@@ -4,7 +4,7 @@ What a learner reads that kvlib writes, beside the notebook's own prose (exercis
 views' labels, lines kvlib prints), has one entry in `TEXT`: its English and its Chinese side by side,
 formatted by `t(key, **values)` in the language set. A view gets its words as plain data in its state
 (`words(prefix)`), so its JS holds no language. Error messages stay English: they name code.
-A string not in the table yet is English in every language (notebooks 1, 3-8 are not translated yet).
+A string not in the table yet is English in every language (as in the notebooks not translated yet).
 """
 
 LANGUAGES = {"en": "English", "zh": "简体中文"}
@@ -47,6 +47,43 @@ TEXT = {
                     "zh": "❌ <b>还不对</b>（你的答案是 {guess}）。提示：{hint}"},
     "check.reveal": {"en": "Show the answer", "zh": "看答案"},
     "check.answer": {"en": "<b>Answer:</b> <code>{answer}</code>. {why}", "zh": "<b>答案：</b><code>{answer}</code>。{why}"},
+    # notebook 1: the generation loop's pictures, its chat app, and why generate stopped
+    "plot.loop.text": {"en": "text", "zh": "文本"},
+    "plot.loop.tokens": {"en": "tokens\n(ids)", "zh": "token\n(id)"},
+    "plot.loop.embeddings": {"en": "embeddings\n(+ position)", "zh": "嵌入向量\n(+ 位置)"},
+    "plot.loop.layers": {"en": "{n} layers:\nattention +\nfeed-forward", "zh": "{n} 层：\n注意力 +\n前馈网络"},
+    "plot.loop.probs": {"en": "next-token\nprobabilities", "zh": "下一个 token\n的概率"},
+    "plot.loop.pick": {"en": "pick one\ntoken", "zh": "挑出一个\ntoken"},
+    "plot.loop.back": {"en": "append the token to the sequence and feed it all back in, until an end token or a limit",
+                       "zh": "把这个 token 接在后面，整段重新喂回模型，直到遇上结束 token 或达到上限"},
+    "plot.step": {"en": "step {step}: {n} in", "zh": "第 {step} 步：读 {n} 个"},
+    "plot.growth.title": {"en": "Without a cache every step feeds the whole sequence again (blue: prompt, "
+                                "beige: tokens generated so far, orange: the token this step picks)",
+                          "zh": "没有缓存时，每一步都把整段重新喂一遍（蓝：提示词，米黄：已经生成的 token，橙：这一步挑出的 token）"},
+    "plot.feeds.whole": {"en": "feed: whole", "zh": "喂入：全部文本（真正的循环）"},
+    "plot.feeds.prompt only": {"en": "feed: prompt only", "zh": "喂入：只有提示词"},
+    "plot.feeds.answer only": {"en": "feed: answer only", "zh": "喂入：只有答案"},
+    "plot.feeds.title": {"en": "What each loop feeds the model (blue: prompt, beige: answer so far, orange: the token "
+                               "picked)",
+                         "zh": "每种循环喂给模型的是什么（蓝：提示词，米黄：目前的答案，橙：挑出的 token）"},
+    "plot.temperature.ylabel": {"en": "probability", "zh": "概率"},
+    "plot.temperature.title": {"en": "The same scores at {n} temperatures: low T sharpens, high T flattens",
+                               "zh": "同一组分数在 {n} 个温度下：T 低，分布更尖；T 高，分布更平"},
+    "chat.prompt": {"en": "Prompt", "zh": "提示词"},
+    "chat.max_tokens": {"en": "Max tokens", "zh": "最多 token 数"},
+    "chat.temperature": {"en": "Temperature", "zh": "温度"},
+    "chat.send": {"en": "Send", "zh": "发送"},
+    "chat.stop": {"en": "Stop", "zh": "停止"},
+    "chat.ready": {"en": "Model: <b>{model}</b>. Greedy (temperature 0) always gives the same answer; raise it to "
+                         "sample.",
+                   "zh": "模型：<b>{model}</b>。温度为 0 是贪心解码，答案每次都一样；调高温度就会随机采样。"},
+    "chat.streamed": {"en": "{n} tokens streamed", "zh": "已流出 {n} 个 token"},
+    "chat.done": {"en": "{model}: {n} tokens in {seconds:.2f} s ({ms:.0f} ms per token); stopped: {reason}",
+                  "zh": "{model}：{n} 个 token，用时 {seconds:.2f} 秒（每个 token {ms:.0f} 毫秒）；停止原因：{reason}"},
+    "stop.max_new_tokens": {"en": "max_new_tokens ({n}) reached", "zh": "已写满 max_new_tokens（{n} 个）"},
+    "stop.eos": {"en": "end-of-text token", "zh": "遇到了文本结束 token"},
+    "stop.context": {"en": "context full: {model} holds {n} tokens", "zh": "上下文满了：{model} 最多容纳 {n} 个 token"},
+    "stop.on_token": {"en": "stopped by on_token", "zh": "被 on_token 叫停（比如按了“停止”）"},
     # tokenization and the token apps (notebook 2)
     "tokenizer.loaded": {"en": "{model} (the loaded model)", "zh": "{model} (当前加载的模型)"},
     "strip.title": {"en": "{name}: {tokens} tokens for {chars} characters ({bytes} bytes)",

@@ -55,9 +55,9 @@ def loop_diagram(n_layer):
     fig = Figure(figsize=(10, 2.8))
     ax = fig.add_axes([0, 0, 1, 1])
     ax.set_xlim(0, 10), ax.set_ylim(0, 3), ax.axis("off")
-    boxes = [("text", "#eeeeee"), ("tokens\n(ids)", PROMPT), ("embeddings\n(+ position)", PROMPT),
-             (f"{n_layer} layers:\nattention +\nfeed-forward", "#d9ead3"), ("next-token\nprobabilities", GENERATED),
-             ("pick one\ntoken", NEW)]
+    boxes = [(t("plot.loop.text"), "#eeeeee"), (t("plot.loop.tokens"), PROMPT), (t("plot.loop.embeddings"), PROMPT),
+             (t("plot.loop.layers", n=n_layer), "#d9ead3"), (t("plot.loop.probs"), GENERATED),
+             (t("plot.loop.pick"), NEW)]
     for i, (label, colour) in enumerate(boxes):
         x = 0.2 + i * 1.65
         ax.add_patch(FancyBboxPatch((x, 1.4), 1.3, 1.1, boxstyle="round,pad=0.05", fc=colour, ec="#555555"))
@@ -66,8 +66,7 @@ def loop_diagram(n_layer):
             ax.add_patch(FancyArrowPatch((x - 0.33, 1.95), (x - 0.02, 1.95), arrowstyle="-|>", mutation_scale=14))
     ax.add_patch(FancyArrowPatch((9.2, 1.35), (2.3, 1.35), connectionstyle="arc3,rad=-0.25", arrowstyle="-|>",
                                  mutation_scale=16, color="#cc4125", lw=1.8))
-    ax.text(5.6, 0.25, "append the token to the sequence and feed it all back in, until an end token or a limit",
-            ha="center", color="#cc4125", fontsize=10)
+    ax.text(5.6, 0.25, t("plot.loop.back"), ha="center", color="#cc4125", fontsize=10)
     return fig
 
 
@@ -80,20 +79,20 @@ def input_growth(prompt_tokens, new_tokens):
     width = len(prompt_tokens) + steps
     fig = Figure(figsize=(min(16, 1.2 + 0.75 * width), 0.9 + 0.38 * steps))
     ax = fig.add_subplot()
-    for t in range(steps):
-        row = list(prompt_tokens) + list(new_tokens[:t])
+    for s in range(steps):
+        row = list(prompt_tokens) + list(new_tokens[:s])
         for j, tok in enumerate(row):
             colour = PROMPT if j < len(prompt_tokens) else GENERATED
-            ax.add_patch(FancyBboxPatch((j + 0.05, -t - 0.4), 0.9, 0.8, boxstyle="round,pad=0.02", fc=colour, ec="white"))
-            ax.text(j + 0.5, -t, repr(tok)[1:-1][:7], ha="center", va="center", fontsize=7)
-        ax.add_patch(FancyBboxPatch((len(row) + 0.05, -t - 0.4), 0.9, 0.8, boxstyle="round,pad=0.02", fc=NEW, ec="k"))
-        ax.text(len(row) + 0.5, -t, repr(new_tokens[t])[1:-1][:7], ha="center", va="center", fontsize=7,
+            ax.add_patch(FancyBboxPatch((j + 0.05, -s - 0.4), 0.9, 0.8, boxstyle="round,pad=0.02", fc=colour, ec="white"))
+            ax.text(j + 0.5, -s, repr(tok)[1:-1][:7], ha="center", va="center", fontsize=7)
+        ax.add_patch(FancyBboxPatch((len(row) + 0.05, -s - 0.4), 0.9, 0.8, boxstyle="round,pad=0.02", fc=NEW, ec="k"))
+        ax.text(len(row) + 0.5, -s, repr(new_tokens[s])[1:-1][:7], ha="center", va="center", fontsize=7,
                 weight="bold")
     ax.set_xlim(0, width + 0.2), ax.set_ylim(-steps + 0.4, 0.6)
-    ax.set_yticks([-t for t in range(steps)], [f"step {t + 1}: {len(prompt_tokens) + t} in" for t in range(steps)])
+    ax.set_yticks([-s for s in range(steps)],
+                  [t("plot.step", step=s + 1, n=len(prompt_tokens) + s) for s in range(steps)])
     ax.set_xticks([]), ax.spines[:].set_visible(False)
-    ax.set_title("Without a cache every step feeds the whole sequence again (blue: prompt, "
-                 "beige: tokens generated so far, orange: the token this step picks)", fontsize=10, loc="left")
+    ax.set_title(t("plot.growth.title"), fontsize=10, loc="left")
     fig.tight_layout()
     return fig
 
@@ -215,20 +214,19 @@ def feed_variants(runs, steps=4):
     width = max(len(fed) for r in runs for fed in r.fed_tokens[:steps]) + 1
     fig = Figure(figsize=(min(16, 2.4 + 0.8 * width), 0.9 + len(runs) * (0.45 + 0.36 * steps)))
     for k, (ax, run) in enumerate(zip(fig.subplots(len(runs), 1, squeeze=False)[:, 0], runs)):
-        for t in range(steps):
-            fed, n_prompt = run.fed_tokens[t], run.from_prompt[t]
+        for s in range(steps):
+            fed, n_prompt = run.fed_tokens[s], run.from_prompt[s]
             cells = [(tok, PROMPT if j < n_prompt else GENERATED, "normal") for j, tok in enumerate(fed)]
-            for j, (tok, colour, weight) in enumerate(cells + [(run.tokens[t], NEW, "bold")]):
-                ax.add_patch(FancyBboxPatch((j + 0.05, -t - 0.4), 0.9, 0.8, boxstyle="round,pad=0.02", fc=colour,
+            for j, (tok, colour, weight) in enumerate(cells + [(run.tokens[s], NEW, "bold")]):
+                ax.add_patch(FancyBboxPatch((j + 0.05, -s - 0.4), 0.9, 0.8, boxstyle="round,pad=0.02", fc=colour,
                                             ec="k" if weight == "bold" else "white"))
-                ax.text(j + 0.5, -t, repr(tok)[1:-1][:9], ha="center", va="center", fontsize=7, weight=weight)
+                ax.text(j + 0.5, -s, repr(tok)[1:-1][:9], ha="center", va="center", fontsize=7, weight=weight)
         ax.set_xlim(0, width + 0.2), ax.set_ylim(-steps + 0.4, 0.6)
-        ax.set_yticks([-t for t in range(steps)], [f"step {t + 1}: {len(run.fed_tokens[t])} in" for t in range(steps)],
-                      fontsize=8)
+        ax.set_yticks([-s for s in range(steps)], [t("plot.step", step=s + 1, n=len(run.fed_tokens[s]))
+                                                   for s in range(steps)], fontsize=8)
         ax.set_xticks([]), ax.spines[:].set_visible(False)
-        ax.set_title(f"feed: {run.feed}", fontsize=10, loc="left", weight="bold")
-    fig.suptitle("What each loop feeds the model (blue: prompt, beige: answer so far, orange: the token picked)",
-                 fontsize=10, x=0.02, ha="left")
+        ax.set_title(t(f"plot.feeds.{run.feed}"), fontsize=10, loc="left", weight="bold")
+    fig.suptitle(t("plot.feeds.title"), fontsize=10, x=0.02, ha="left")
     fig.tight_layout()
     return fig
 
@@ -251,11 +249,11 @@ def temperature_bars(tokens, temperatures, probs):
     p = _table(probs, len(temperatures), len(tokens), "probs", "temperature", "token")
     fig = Figure(figsize=(8, 3.4))
     ax = fig.add_subplot()
-    for bars, row in zip(_grouped_bars(ax, [f"T = {t:g}" for t in temperatures], p), p):
+    for bars, row in zip(_grouped_bars(ax, [f"T = {T:g}" for T in temperatures], p), p):
         ax.bar_label(bars, [f"{v:.2f}" for v in row], fontsize=7)
-    ax.set_xticks(range(len(tokens)), [repr(t) for t in tokens], fontsize=9)
-    ax.set_ylabel("probability"), ax.set_ylim(0, min(1.08, p.max() * 1.15 + 0.02))
-    ax.set_title(f"The same scores at {len(temperatures)} temperatures: low T sharpens, high T flattens", fontsize=10)
+    ax.set_xticks(range(len(tokens)), [repr(tok) for tok in tokens], fontsize=9)
+    ax.set_ylabel(t("plot.temperature.ylabel")), ax.set_ylim(0, min(1.08, p.max() * 1.15 + 0.02))
+    ax.set_title(t("plot.temperature.title", n=len(temperatures)), fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -55,15 +55,14 @@ class Chat(W.VBox):
 
     def __init__(self, model, prompt="ROMEO.\n", max_new_tokens=40):
         self.model, self.last = model, None
-        self.prompt = W.Textarea(value=prompt, description="Prompt", layout=W.Layout(width="95%", height="70px"))
-        self.max_tokens = W.BoundedIntText(value=max_new_tokens, min=1, max=10**6, description="Max tokens")
-        self.temperature = W.FloatSlider(value=0.0, min=0.0, max=2.0, step=0.1, description="Temperature",
+        self.prompt = W.Textarea(value=prompt, description=t("chat.prompt"), layout=W.Layout(width="95%", height="70px"))
+        self.max_tokens = W.BoundedIntText(value=max_new_tokens, min=1, max=10**6, description=t("chat.max_tokens"))
+        self.temperature = W.FloatSlider(value=0.0, min=0.0, max=2.0, step=0.1, description=t("chat.temperature"),
                                          continuous_update=False, style={"description_width": "initial"})
-        self.send, self.stop = W.Button(description="Send", button_style="primary", icon="paper-plane"), \
-            W.Button(description="Stop", icon="stop", disabled=True)
+        self.send, self.stop = W.Button(description=t("chat.send"), button_style="primary", icon="paper-plane"), \
+            W.Button(description=t("chat.stop"), icon="stop", disabled=True)
         self.answer = W.HTML()
-        self.status = W.HTML(f"Model: <b>{html.escape(model.name)}</b>. Greedy (temperature 0) always gives the "
-                             f"same answer; raise it to sample.")
+        self.status = W.HTML(t("chat.ready", model=html.escape(model.name)))
         self._stop, self._thread = threading.Event(), None
         self.send.on_click(lambda _: self.start())
         self.stop.on_click(lambda _: self._stop.set())
@@ -107,7 +106,7 @@ class Chat(W.VBox):
         def on_token(token, piece):
             streamed.append(piece)  # "" while a character is still arriving token by token
             show("".join(streamed), "▌")
-            self.status.value = f"{len(streamed)} tokens streamed"
+            self.status.value = t("chat.streamed", n=len(streamed))
             return not self._stop.is_set()
 
         try:
@@ -116,9 +115,8 @@ class Chat(W.VBox):
             self.last = gen
             show(gen.text, "")  # the whole answer, a character cut off by the last token included
             per = sum(gen.step_seconds) / len(gen.step_seconds)
-            self.status.value = (f"{html.escape(self.model.name)}: {len(gen.ids)} tokens in "
-                                 f"{sum(gen.step_seconds):.2f} s ({per * 1e3:.0f} ms per token); "
-                                 f"stopped: {gen.stop_reason}")
+            self.status.value = t("chat.done", model=html.escape(self.model.name), n=len(gen.ids),
+                                  seconds=sum(gen.step_seconds), ms=per * 1e3, reason=gen.stop_reason)
         except Exception as e:  # a thread's error would vanish: show it in place
             self.status.value = _error(e)
         finally:

@@ -7,11 +7,15 @@ LINE = "To be, or not to be, that is the"  # the notebook's running example
 
 
 @exercise("01.second_token", uses=("smollm2",),
-          hint="The loop feeds back the whole line with SmolLM2's first pick on the end. What would a text "
-               "that held Hamlet's line, or any sentence like it, have next?",
-          explain="SmolLM2 picks {answer!r} after its first pick: the loop fed back the line with that token "
-                  "appended, and this is its greedy choice for the token after. The answer went back in, so the "
-                  "model continues from it.")
+          hint={"en": "The loop feeds back the whole line with SmolLM2's first pick on the end. What would a text "
+                      "that held Hamlet's line, or any sentence like it, have next?",
+                "zh": "循环把整句台词连同 SmolLM2 挑出的第一个 token 一起喂回去。一段含有哈姆雷特这句台词（或类似句子）"
+                      "的文字，接下来会是什么？"},
+          explain={"en": "SmolLM2 picks {answer!r} after its first pick: the loop fed back the line with that token "
+                         "appended, and this is its greedy choice for the token after. The answer went back in, so the "
+                         "model continues from it.",
+                   "zh": "SmolLM2 在第一个 token 之后挑了 {answer!r}：循环把台词和那个 token 一起喂了回去，这是它贪心选出的"
+                         "下一个 token。答案回到了输入里，模型才能接着往下写。"})
 def second_token(smol):
     """SmolLM2 picks a token after "To be, or not to be, that is the"; the loop appends it and runs again.
     Which token does it pick next?"""
@@ -19,9 +23,12 @@ def second_token(smol):
 
 
 @exercise("01.tokens_read", uses=("smollm2",),
-          hint="Step 1 reads the whole line, step 2 one token more, step 3 one more again... add up ten steps.",
-          explain="{answer} tokens in all, to write 10: the line alone is read ten times. Notebook 5's KV cache "
-                  "cuts this to one read of each token.")
+          hint={"en": "Step 1 reads the whole line, step 2 one token more, step 3 one more again... add up ten steps.",
+                "zh": "第 1 步读整句台词，第 2 步多读一个 token，第 3 步再多一个……把十步加起来。"},
+          explain={"en": "{answer} tokens in all, to write 10: the line alone is read ten times. Notebook 5's KV cache "
+                         "cuts this to one read of each token.",
+                   "zh": "为了写 10 个 token，一共读了 {answer} 个：光是那句台词就读了十遍。第 5 课的 KV 缓存让每个 token "
+                         "只读一遍。"})
 def tokens_read(smol):
     """Without a cache, how many tokens does SmolLM2 read in all (summed over the steps) to write 10 tokens
     after "To be, or not to be, that is the"?"""
@@ -29,11 +36,14 @@ def tokens_read(smol):
 
 
 @exercise("01.doubling", uses=("smollm2",), tolerance=0.03,
-          hint="Twice the passes, but the later passes are longer: add up the inputs of 20 steps and divide by "
-               "the 10-step total.",
-          explain="About {answer:.2f} times: twice as many passes, and the extra passes are the longest ones. "
-                  "Without a cache the reading grows faster than the answer (with the square of its length, "
-                  "for long answers); notebook 5's cache makes it grow in step.")
+          hint={"en": "Twice the passes, but the later passes are longer: add up the inputs of 20 steps and divide by "
+                      "the 10-step total.",
+                "zh": "前向计算多了一倍，可后面的每一次都更长：把 20 步的输入加起来，再除以 10 步的总数。"},
+          explain={"en": "About {answer:.2f} times: twice as many passes, and the extra passes are the longest ones. "
+                         "Without a cache the reading grows faster than the answer (with the square of its length, "
+                         "for long answers); notebook 5's cache makes it grow in step.",
+                   "zh": "大约 {answer:.2f} 倍：前向计算多了一倍，而多出来的恰好是最长的那些。没有缓存，读的量比答案长得快"
+                         "（答案很长时，跟长度的平方成正比）；第 5 课的缓存让两者同步增长。"})
 def doubling(smol):
     """Without a cache, writing 20 tokens after "To be, or not to be, that is the" takes twice the forward passes
     of writing 10. How many times as many tokens does SmolLM2 read in all?"""
@@ -42,9 +52,11 @@ def doubling(smol):
 
 
 @exercise("01.hotter", uses=("smollm2",),
-          hint="Dividing the scores by 2 brings them closer together: does the leader keep its lead?",
-          explain="({answer}) Dividing every score by T = 2 shrinks the gaps between them, so softmax spreads "
-                  "the probability more evenly and the favourite loses some of it.")
+          hint={"en": "Dividing the scores by 2 brings them closer together: does the leader keep its lead?",
+                "zh": "分数都除以 2，彼此就靠得更近了：领先的那个还能保住优势吗？"},
+          explain={"en": "({answer}) Dividing every score by T = 2 shrinks the gaps between them, so softmax spreads "
+                         "the probability more evenly and the favourite loses some of it.",
+                   "zh": "（{answer}）每个分数都除以 T = 2，差距就缩小了，softmax 把概率分得更均匀，最被看好的那个就分走得少了。"})
 def hotter(smol):
     """After "To be, or not to be, that is the", is SmolLM2's top token more likely at temperature 2 than at
     temperature 1? (a) more likely (b) less likely (c) the same"""
