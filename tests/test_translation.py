@@ -28,7 +28,7 @@ def zh():
 
 
 def test_there_is_a_translation():
-    assert [p.relative_to(REPO / "notebooks").as_posix() for p in TRANSLATIONS][:1] == ["zh/02_tokens.ipynb"]
+    assert "zh/02_tokens.ipynb" in [p.relative_to(REPO / "notebooks").as_posix() for p in TRANSLATIONS]  # the tests' copy
 
 
 @pytest.mark.parametrize("path", TRANSLATIONS, ids=lambda p: p.parent.name + "/" + p.stem)
