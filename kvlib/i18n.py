@@ -70,7 +70,7 @@ TEXT = {
     "plot.temperature.title": {"en": "The same scores at {n} temperatures: low T sharpens, high T flattens",
                                "zh": "同一组分数在 {n} 个温度下：T 低，分布更尖；T 高，分布更平"},
     "chat.prompt": {"en": "Prompt", "zh": "提示词"},
-    "chat.max_tokens": {"en": "Max tokens", "zh": "最多 token 数"},
+    "chat.max_tokens": {"en": "Max tokens", "zh": "token 上限"},
     "chat.temperature": {"en": "Temperature", "zh": "温度"},
     "chat.send": {"en": "Send", "zh": "发送"},
     "chat.stop": {"en": "Stop", "zh": "停止"},

@@ -133,6 +133,32 @@ def test_01_generation_loop(browser, lab, model, smollm2):
     screenshots(page, "01")
 
 
+def test_zh_01_generation_loop(browser, lab, model, smollm2):
+    """The Chinese notebook 1: the chat app speaks Chinese (its labels, its status, why it stopped) and streams a
+    Chinese prompt's answer, held back while a character is still arriving, as kvlib.generate writes it."""
+    import kvlib
+    from kvlib.exercises.n01 import LINE  # the notebook's running example
+    from kvlib.generate import feed_loop
+
+    page, errors = open_and_run(browser, lab, "zh/01_generation_loop.ipynb", timeout_s=400)  # SmolLM2 cells
+    check_clean(page, errors, "zh/01")
+    check_saved(page, "zh/01_generation_loop.ipynb")
+    stuck = feed_loop(smollm2, LINE, 8, "prompt only")  # a printed line, translated
+    assert f"只喂提示词，它把 {stuck.tokens[0]!r} 挑了 {len(stuck.ids)} 遍" in page.locator("body").inner_text()
+    chat = page.locator(".widget-vbox").filter(has_text="token 上限").first
+    assert f"模型：{model.name}。" in chat.inner_text()
+    prompt = chat.locator("textarea").input_value()
+    assert prompt == "从前有座山，山里有座庙，庙里"
+    chat.locator("button:has-text('发送')").click()
+    expected = kvlib.generate(model, prompt, 40)
+    page.wait_for_function("([el, name, n]) => el.innerText.includes(`${name}：${n} 个 token，用时`)",
+                           arg=[chat.element_handle(), model.name, len(expected.ids)], timeout=60_000)
+    settle(page, errors, "zh/01", "发送")
+    streamed = chat.locator(".widget-html pre b").inner_text()
+    assert " ".join(streamed.split()) == " ".join(expected.text.split()), (streamed, expected.text)
+    assert "停止原因：已写满 max_new_tokens（40 个）" in chat.inner_text()
+    screenshots(page, "zh-01")
+
 def test_02_tokens(browser, lab, model):
     from kvlib import tokenization
 

@@ -204,3 +204,23 @@ def test_the_prompt_cache_stream_speaks_chinese_and_english(tiny, zh):
     assert widgets.PromptCacheStream(pc, []).next.description == "Send next request"
     assert PromptBlocks(pc).words["hit"] == "hit: read from the cache"
     assert pricing.seat_prices(1) == "Seat 1: row B, 6 shillings."
+
+
+def test_the_chat_and_the_loops_pictures_speak_chinese(tiny, zh):
+    from kvlib import plots
+    from kvlib.generate import feed_loop
+
+    chat = widgets.Chat(tiny, "从前有座山，山里有座庙，庙里", max_new_tokens=6)
+    assert (chat.prompt.description, chat.max_tokens.description, chat.send.description) == ("提示词", "token 上限", "发送")
+    assert chat.status.value.startswith("模型：<b>tiny</b>。温度为 0 是贪心解码")
+    chat.send.click()
+    chat.wait(60)
+    assert chat.last.stop_reason == "已写满 max_new_tokens（6 个）" and len(chat.last.ids) == 6
+    assert chat.status.value.startswith("tiny：6 个 token，用时 ") and chat.status.value.endswith("停止原因：已写满 max_new_tokens（6 个）")
+    runs = [feed_loop(tiny, "To be", 2, "prompt only")]
+    fig = plots.feed_variants(runs)
+    assert fig._suptitle.get_text().startswith("每种循环喂给模型的是什么")
+    assert fig.axes[0].get_title(loc="left") == "喂入：只有提示词"
+    assert [tick.get_text() for tick in fig.axes[0].get_yticklabels()] == ["第 1 步：读 2 个", "第 2 步：读 2 个"]
+    i18n.set_language("en")
+    assert widgets.Chat(tiny).send.description == "Send" and plots.feed_variants(runs).axes[0].get_title(loc="left") == "feed: prompt only"
