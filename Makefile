@@ -53,7 +53,8 @@ models: $(STAMP)
 engine: $(STAMP)
 	python3 setup_kvlib.py engine
 
-# the course as a static site in site/ (git-ignored): the eight notebooks run, then one page each whose views
+# the course as a static site in site/ (git-ignored): the eight notebooks run (and the Chinese ones, in site/zh/,
+# each page linking to its English or Chinese counterpart), then one page each whose views
 # still move with no kernel (kvlib/site.py); open site/index.html. Not part of make test: tests/test_site.py
 # checks the exporter on a small notebook, and on this build when asked (KVLIB_SITE=site)
 site: $(STAMP)

@@ -4,7 +4,7 @@
 // answered here, so the view says so under itself. Each module is imported once, from a blob: URL (a page
 // opened from file:// may not import a module from a file), and nothing is fetched.
 (() => {
-  const { modules, styles, views } = JSON.parse(document.getElementById("kv-site-views").textContent);
+  const { modules, styles, views, asked } = JSON.parse(document.getElementById("kv-site-views").textContent);
   const imported = {};  // module key -> its import, shared by every view of that module
   const load = (key) => (imported[key] ??= import(URL.createObjectURL(new Blob([modules[key]], { type: "text/javascript" }))));
   for (const [key, css] of Object.entries(styles)) {
@@ -15,12 +15,11 @@
 
   function model(state, mount) {
     const listeners = {};  // "change:step" -> callbacks, as Backbone's events are named
-    const asked = () => {
+    const ask = () => {
       if (mount.querySelector(".kv-site-live")) return;
       const note = document.createElement("div");
       note.className = "kv-site-live";
-      note.textContent = "This asks Python for more, which a static page has not got: the live notebook " +
-                         "computes it (make lab in a clone of kvlib).";
+      note.textContent = asked;  // in the page's language, from site.py
       mount.append(note);
     };
     return {
@@ -31,8 +30,8 @@
       },
       on(events, f) { for (const e of events.split(" ")) (listeners[e] ??= []).push(f); },
       off(events, f) { for (const e of events.split(" ")) listeners[e] = (listeners[e] || []).filter((g) => g !== f); },
-      save_changes: asked,
-      send: asked,
+      save_changes: ask,
+      send: ask,
     };
   }
 

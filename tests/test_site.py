@@ -215,6 +215,42 @@ def test_what_needs_the_kernel_says_so(browser, small):
     page.close()
 
 
+def test_each_edition_has_its_pages_and_links_to_the_others(tmp_path):
+    """A course of two notebooks, the first translated (LANG/, the same name): each edition gets its index and its
+    pages, in its own words, in its own folder, and each page links to its counterpart where there is one."""
+    lang = next(code for code in site.WORDS if code != "en")  # a translation's language, whichever
+    words = site.WORDS[lang]
+
+    def notebook(folder, name, heading):  # as executed: a page needs no outputs
+        folder.mkdir(exist_ok=True)
+        opening = f"# {heading}\n\nWhat it is about.\n\n{site.WORDS[site.edition(folder / name)]['time']} 5"
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(opening)]), folder / name)
+        return folder / name
+
+    course = [notebook(tmp_path, "01_a.ipynb", "One"), notebook(tmp_path, "02_b.ipynb", "Two"),
+              notebook(tmp_path / lang, "01_a.ipynb", "Un")]
+    out = tmp_path / "site"
+    assert set(site.export(course, out)) == {"index.html", "01_a.html", "02_b.html", f"{lang}/index.html",
+                                             f"{lang}/01_a.html"}
+
+    def switch(path):  # a page's links to the other editions: {language: href}, each to a page that exists
+        found = dict(re.findall(r'hreflang="(\w+)" href="([^"]+)"', path.read_text()))
+        assert all((path.parent / href).exists() for href in found.values()), found
+        return found
+
+    assert switch(out / "01_a.html") == {lang: f"{lang}/01_a.html"} and switch(out / "02_b.html") == {}
+    assert switch(out / lang / "01_a.html") == {"en": "../01_a.html"}
+    assert switch(out / "index.html") == {lang: f"{lang}/index.html"}
+    assert switch(out / lang / "index.html") == {"en": "../index.html"}
+    page, index = (out / lang / "01_a.html").read_text(), (out / lang / "index.html").read_text()
+    assert f'<html lang="{lang}">' in page and f'<a href="index.html">{words["contents"]}</a>' in page
+    assert f"<code>{lang}/01_a.ipynb</code>" in page and "02_b" not in page  # its name in the course; no next page
+    assert f"<h1>{words['title']}</h1>" in index and '<li><a href="01_a.html">Un</a> · 5' in index
+    assert "Contents" not in page + index and "02_b" not in index
+    english = (out / "index.html").read_text()
+    assert '<li><a href="01_a.html">One</a> · 5' in english and '<li><a href="02_b.html">Two</a> · 5' in english
+
+
 def test_the_readme_shows_the_views_first():
     """The README's first screen (before its first section) shows pictures of the views, then the two set-up
     commands; the pictures are in the repository, and `tests/browser.py --readme` makes exactly those."""
@@ -254,8 +290,12 @@ def test_the_whole_course_site(browser):
     root = Path(SITE).resolve()
     pages = sorted(root.glob("*.html"))
     assert [p.name for p in pages][:1] == ["01_generation_loop.html"] and (root / "index.html").exists()
-    links = re.findall(r'href="([^"]+\.html)"', (root / "index.html").read_text())
+    links = re.findall(r'<li><a href="([^"]+\.html)"', (root / "index.html").read_text())
     assert links == [p.name for p in pages if p.name != "index.html"], links  # the outline, in reading order
+    translated = sorted(root.glob("*/*.html"))  # each translation's edition, in its folder (zh/)
+    for folder in {p.parent for p in translated}:
+        links = re.findall(r'<li><a href="([^"]+\.html)"', (folder / "index.html").read_text())
+        assert links == [p.name for p in sorted(folder.glob("*.html")) if p.name != "index.html"], (folder, links)
     moved, views = set(), 0
     executed = {p.stem: nbformat.read(root / "_executed" / f"{p.stem}.ipynb", as_version=4) for p in pages
                 if p.name != "index.html"}
@@ -275,6 +315,10 @@ def test_the_whole_course_site(browser):
         check_offline(page, errors, f"{p.name}, after moving its views")
         page.close()
     assert moved == {GRID, ".kv-cachegrowth", ".kv-embedding"} and views >= 15, (moved, views)
+    for p in translated:  # a translation's pages draw their views as the English do
+        page, errors = open_offline(browser, p)
+        views += check_offline(page, errors, f"{p.parent.name}/{p.name}")
+        page.close()
     with served(root) as url:  # as from any static host: python -m http.server
         for p in pages:
             page, errors = open_offline(browser, p, f"{url}/{p.name}")
