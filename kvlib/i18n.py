@@ -4,7 +4,7 @@ What a learner reads that kvlib writes, beside the notebook's own prose (exercis
 views' labels, lines kvlib prints), has one entry in `TEXT`: its English and its Chinese side by side,
 formatted by `t(key, **values)` in the language set. A view gets its words as plain data in its state
 (`words(prefix)`), so its JS holds no language. Error messages stay English: they name code.
-A string not in the table yet is English in every language (as in the notebooks not translated yet).
+A string not in the table is English in every language.
 """
 
 LANGUAGES = {"en": "English", "zh": "简体中文"}

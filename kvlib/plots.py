@@ -55,9 +55,9 @@ def loop_diagram(n_layer):
     fig = Figure(figsize=(10, 2.8))
     ax = fig.add_axes([0, 0, 1, 1])
     ax.set_xlim(0, 10), ax.set_ylim(0, 3), ax.axis("off")
-    boxes = [(t("plot.loop.text"), "#eeeeee"), (t("plot.loop.tokens"), PROMPT), (t("plot.loop.embeddings"), PROMPT),
-             (t("plot.loop.layers", n=n_layer), "#d9ead3"), (t("plot.loop.probs"), GENERATED),
-             (t("plot.loop.pick"), NEW)]
+    boxes = [(i18n.t("plot.loop.text"), "#eeeeee"), (i18n.t("plot.loop.tokens"), PROMPT), (i18n.t("plot.loop.embeddings"), PROMPT),
+             (i18n.t("plot.loop.layers", n=n_layer), "#d9ead3"), (i18n.t("plot.loop.probs"), GENERATED),
+             (i18n.t("plot.loop.pick"), NEW)]
     for i, (label, colour) in enumerate(boxes):
         x = 0.2 + i * 1.65
         ax.add_patch(FancyBboxPatch((x, 1.4), 1.3, 1.1, boxstyle="round,pad=0.05", fc=colour, ec="#555555"))
@@ -66,7 +66,7 @@ def loop_diagram(n_layer):
             ax.add_patch(FancyArrowPatch((x - 0.33, 1.95), (x - 0.02, 1.95), arrowstyle="-|>", mutation_scale=14))
     ax.add_patch(FancyArrowPatch((9.2, 1.35), (2.3, 1.35), connectionstyle="arc3,rad=-0.25", arrowstyle="-|>",
                                  mutation_scale=16, color="#cc4125", lw=1.8))
-    ax.text(5.6, 0.25, t("plot.loop.back"), ha="center", color="#cc4125", fontsize=10)
+    ax.text(5.6, 0.25, i18n.t("plot.loop.back"), ha="center", color="#cc4125", fontsize=10)
     return fig
 
 
@@ -90,9 +90,9 @@ def input_growth(prompt_tokens, new_tokens):
                 weight="bold")
     ax.set_xlim(0, width + 0.2), ax.set_ylim(-steps + 0.4, 0.6)
     ax.set_yticks([-s for s in range(steps)],
-                  [t("plot.step", step=s + 1, n=len(prompt_tokens) + s) for s in range(steps)])
+                  [i18n.t("plot.step", step=s + 1, n=len(prompt_tokens) + s) for s in range(steps)])
     ax.set_xticks([]), ax.spines[:].set_visible(False)
-    ax.set_title(t("plot.growth.title"), fontsize=10, loc="left")
+    ax.set_title(i18n.t("plot.growth.title"), fontsize=10, loc="left")
     fig.tight_layout()
     return fig
 
@@ -222,11 +222,11 @@ def feed_variants(runs, steps=4):
                                             ec="k" if weight == "bold" else "white"))
                 ax.text(j + 0.5, -s, repr(tok)[1:-1][:9], ha="center", va="center", fontsize=7, weight=weight)
         ax.set_xlim(0, width + 0.2), ax.set_ylim(-steps + 0.4, 0.6)
-        ax.set_yticks([-s for s in range(steps)], [t("plot.step", step=s + 1, n=len(run.fed_tokens[s]))
+        ax.set_yticks([-s for s in range(steps)], [i18n.t("plot.step", step=s + 1, n=len(run.fed_tokens[s]))
                                                    for s in range(steps)], fontsize=8)
         ax.set_xticks([]), ax.spines[:].set_visible(False)
-        ax.set_title(t(f"plot.feeds.{run.feed}"), fontsize=10, loc="left", weight="bold")
-    fig.suptitle(t("plot.feeds.title"), fontsize=10, x=0.02, ha="left")
+        ax.set_title(i18n.t(f"plot.feeds.{run.feed}"), fontsize=10, loc="left", weight="bold")
+    fig.suptitle(i18n.t("plot.feeds.title"), fontsize=10, x=0.02, ha="left")
     fig.tight_layout()
     return fig
 
@@ -252,8 +252,8 @@ def temperature_bars(tokens, temperatures, probs):
     for bars, row in zip(_grouped_bars(ax, [f"T = {T:g}" for T in temperatures], p), p):
         ax.bar_label(bars, [f"{v:.2f}" for v in row], fontsize=7)
     ax.set_xticks(range(len(tokens)), [repr(tok) for tok in tokens], fontsize=9)
-    ax.set_ylabel(t("plot.temperature.ylabel")), ax.set_ylim(0, min(1.08, p.max() * 1.15 + 0.02))
-    ax.set_title(t("plot.temperature.title", n=len(temperatures)), fontsize=10)
+    ax.set_ylabel(i18n.t("plot.temperature.ylabel")), ax.set_ylim(0, min(1.08, p.max() * 1.15 + 0.02))
+    ax.set_title(i18n.t("plot.temperature.title", n=len(temperatures)), fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
