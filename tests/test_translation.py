@@ -36,6 +36,18 @@ def test_each_translation_is_in_step_with_the_english(path):
     assert translation.stale(path) == []
 
 
+HAN = "[\u3400-\u9fff\u3000-\u303f\uff00-\uffef]"
+
+
+@pytest.mark.parametrize("path", TRANSLATIONS, ids=lambda p: p.parent.name + "/" + p.stem)
+def test_no_line_breaks_between_two_chinese_characters(path):
+    """A browser shows a line break inside a paragraph as a space, which between two Chinese characters reads as a
+    gap in a word (JupyterLab and the site alike): a Chinese paragraph is one line."""
+    breaks = [(i, m.group(0)) for i, cell in enumerate(translation.read(path)["cells"]) if cell["cell_type"] == "markdown"
+              for m in re.finditer(HAN + "\n(?![-*>#|`]|\\d+\\. )" + HAN, translation.source(cell))]
+    assert breaks == [], f"{path.name}: line breaks inside Chinese text (cell, characters): {breaks[:5]}"
+
+
 @pytest.fixture
 def copy(tmp_path):
     """notebooks/02_tokens.ipynb and its translation, copied: -> (English path, translation path)."""
