@@ -7,6 +7,8 @@ formatted by `t(key, **values)` in the language set. A view gets its words as pl
 A string not in the table is English in every language.
 """
 
+import math
+
 LANGUAGES = {"en": "English", "zh": "简体中文"}
 _language = "en"  # module state, like matplotlib's rcParams: set once per notebook, read by whatever prints
 
@@ -31,6 +33,20 @@ def t(key, **values):
 def local(text):
     """A text given per language ({"en": ..., "zh": ...}) -> the one to show now; a plain str is every language's."""
     return text.get(_language, text["en"]) if isinstance(text, dict) else text
+
+
+def magnitude(n):
+    """A large count (of multiply-adds) as the learner reads it: in English in millions ("37.9 million"), as the
+    English lessons count work; in Chinese in 万, 亿 or 万亿, to three significant figures ("3790 万")."""
+    if _language != "zh":
+        return f"{n / 1e6:,.1f} million"
+    if n == 0:
+        return "0"
+    n = round(n, 2 - math.floor(math.log10(abs(n))))  # rounded first, so 9999.6 万 becomes 1 亿, not 10000 万
+    size, unit = next(((size, unit) for size, unit in ((1e12, " 万亿"), (1e8, " 亿"), (1e4, " 万")) if abs(n) >= size),
+                      (1, ""))
+    value = n / size
+    return f"{value:.{max(2 - math.floor(math.log10(abs(value))), 0)}f}{unit}"
 
 
 def words(prefix):
@@ -185,6 +201,15 @@ TEXT = {
                          "of attention and {macs} multiply-adds in the whole model.",
                    "zh": "模型把全部 {n} 个 token 又读了一遍。第 0–{old} 行和第 {before} 步时一模一样（所有层、所有头里"
                          "最大的变化：{change}）；只有最后一行是新的。白算了：{old_rows} 行注意力，整个模型 {macs} 次乘加。"},
+    "grid.summary_first": {"en": "step 0: the prompt's {n} tokens, a {n} × {n} grid.",
+                           "zh": "第 0 步：提示词的 {n} 个 token，一张 {n} × {n} 的表。"},
+    "grid.summary_again": {"en": "steps 1–{last}: each reads every token again, one more each time; the old rows come out "
+                                 "as before (largest change in any layer and head: {change}), and only the last row is new.",
+                           "zh": "第 1–{last} 步：每一步都把所有 token 重读一遍，每次多一个；旧的行和上一步一样（所有层、所有头里"
+                                 "最大的变化：{change}），只有最后一行是新的。"},
+    "grid.summary_last": {"en": "step {last} alone recomputed {rows} old rows, {macs} multiply-adds in the whole model: "
+                                "the work a cache saves.",
+                          "zh": "光是第 {last} 步就重算了 {rows} 行旧的，整个模型 {macs}次乘加：这就是缓存省下的工作。"},
     "att.caption": {"en": "Row: the token that looks (query). Column: the token it looks at (key). Each row sums to 1; "
                           "darker = more weight; hatched = masked (a token cannot look ahead).",
                     "zh": "行：发出“看”的 token（query）。列：被看的 token（key）。每行加起来是 1；颜色越深，权重越大；"
@@ -214,6 +239,12 @@ TEXT = {
                   "zh": "第 {layer} 层，{head}：最后一个 token {q} 给 {k} 的权重最大（{v}）。"},
     "cache.title": {"en": "The KV cache of {model}: {layers} layers, each keeping one K row and one V row per token",
                     "zh": "{model} 的 KV 缓存：{layers} 层，每层为每个 token 存一行 K、一行 V"},
+    "cache.summary_title": {"en": "The KV cache of {model}, step by step: each of its {layers} layers keeps one K row and "
+                                  "one V row per token ({bytes} bytes per token in all):",
+                            "zh": "{model} 的 KV 缓存，一步一步看：{layers} 层里，每层为每个 token 存一行 K、一行 V"
+                                  "（每个 token 一共 {bytes} 字节）："},
+    "cache.summary_step": {"en": "step {step}: fed {fed} token(s), holds {held} ({last} last): {nbytes} bytes",
+                           "zh": "第 {step} 步：送进 {fed} 个 token，共存 {held} 个（最后一个是 {last}）：{nbytes} 字节"},
     "cache.row": {"en": "{q} · position {t} · layer {l}", "zh": "{q} · 位置 {t} · 第 {l} 层"},
     "cache.row_bytes": {"en": "its K and V rows here: 2 × {nkv} KV heads × {hs} numbers × {b} bytes = {total} bytes",
                         "zh": "它在这一层的 K、V 两行：2 × {nkv} 个 KV 头 × {hs} 个数 × {b} 字节 = {total} 字节"},
@@ -259,9 +290,9 @@ TEXT = {
     "step.toy_title": {"en": "Toy numbers: the cached step that feeds {token}: K's and V's first {cached} rows read "
                              "from the cache, the last one new; head size {hs}",
                        "zh": "玩具数字：送进 {token} 的那一步（用缓存）：K 和 V 的前 {cached} 行从缓存里读，"
-                             "最后一行是新的；头的大小 {hs}"},
+                             "最后一行是新的；头的维数 head_dim {hs}"},
     "step.title": {"en": "{model}, layer {layer}, head {head} (reading K/V head {kv}): the step that feeds {token}",
-                   "zh": "{model}，第 {layer} 层，第 {head} 个头（读第 {kv} 个 K/V 头）：送进 {token} 的那一步"},
+                   "zh": "{model}，第 {layer} 层，第 {head} 个头（读第 {kv} 个 KV 头）：送进 {token} 的那一步"},
     "step.toy": {"en": "Made-up numbers small enough to check by hand; the real head follows.",
                  "zh": "编出来的小数字，小到可以手算核对；下面接着是真实的头。"},
     "step.back": {"en": "◀ Back", "zh": "◀ 上一步"},

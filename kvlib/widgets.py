@@ -17,7 +17,7 @@ from . import embeddings, plots, pricing, tokenization
 from .cache_evidence import rows_change
 from .errors import KVLibError, is_count
 from .generate import check_sampling, generate
-from .i18n import t
+from .i18n import magnitude, t
 from .memory import forward_macs
 from .trace import Trace
 from .views import AttentionGrid, EmbeddingMap, Matrix, PromptBlocks, View, link_for
@@ -322,11 +322,9 @@ class GridFilling(App):
         grid = self.grid.summary().split("\nstep 0: ")[0]  # the title and the grid, without the per-step notes
         n, last = self.prompt_len, len(self.traces) - 1
         return "\n".join([
-            grid, f"step 0: the prompt's {n} tokens, a {n} × {n} grid.",
-            f"steps 1–{last}: each reads every token again, one more each time; the old rows come out as before "
-            f"(largest change in any layer and head: {self.old_rows_change():.1g}), and only the last row is new.",
-            f"step {last} alone recomputed {n + last - 1} old rows, {self.wasted_macs[-1] / 1e6:,.1f} million "
-            f"multiply-adds in the whole model: the work a cache saves."])
+            grid, t("grid.summary_first", n=n),
+            t("grid.summary_again", last=last, change=f"{self.old_rows_change():.1g}"),
+            t("grid.summary_last", last=last, rows=n + last - 1, macs=magnitude(self.wasted_macs[-1]))])
 
     def _repr_mimebundle_(self, **kwargs):
         return with_fallback(W.VBox._repr_mimebundle_(self, **kwargs), self.summary())

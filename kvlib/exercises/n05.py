@@ -62,7 +62,7 @@ def uncached_factor_300(big):
 
 @exercise("05.smollm2_bytes", uses=("smollm2",),
           hint={"en": "2 (K and V) × layers × KV heads (not query heads) × head size × 4 bytes.",
-                "zh": "2（K 和 V）× 层数 × KV 头数（不是 query 头数）× 头的大小 × 4 字节。"},
+                "zh": "2（K 和 V）× 层数 × KV 头数（不是 query 头数）× 头的维数 head_dim × 4 字节。"},
           explain={"en": "2 × 30 layers × 3 KV heads × 64 × 4 bytes = {answer:,} bytes per token, measured on the real "
                          "cache's tensors.",
                    "zh": "2 × 30 层 × 3 个 KV 头 × 64 × 4 字节 = 每个 token {answer:,} 字节，是在真实缓存的张量上量出来的。"})

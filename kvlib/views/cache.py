@@ -10,6 +10,7 @@ appended, never rewritten)."""
 import traitlets as T
 
 from ..generate import generate
+from ..i18n import t
 from ..memory import model_kv_bytes_per_token
 from .base import View, check_model, link_for, module, prompt_ids, rounded
 
@@ -59,10 +60,10 @@ class CacheGrowth(View):
 
     def summary(self):
         s = self.shape
-        lines = [f"The KV cache of {self.model_name}, step by step: each of its {s['n_layer']} layers keeps one K row "
-                 f"and one V row per token ({s['bytes_per_token']:,} bytes per token in all):"]
+        lines = [t("cache.summary_title", model=self.model_name, layers=s["n_layer"],
+                   bytes=f"{s['bytes_per_token']:,}")]
         for step, n in enumerate(self.nbytes):
-            t = self.held(step)
-            lines.append(f"step {step}: fed {self.fed[step]} token(s), holds {t} ({self.tokens[t - 1]!r} last): "
-                         f"{n:,} bytes")
+            held = self.held(step)
+            lines.append(t("cache.summary_step", step=step, fed=self.fed[step], held=held,
+                           last=repr(self.tokens[held - 1]), nbytes=f"{n:,}"))
         return "\n".join(lines)
