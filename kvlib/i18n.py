@@ -626,7 +626,7 @@ TEXT = {
     "stream.note": {"en": "cost: in units of one uncached input token at {provider}'s ratios (cached {read:g}x, "
                           "written {write:g}x), as if past its {least:,}-token minimum",
                     "zh": "费用：以一个不走缓存的输入 token 为 1，按 {provider} 的比例算（命中 {read:g} 倍，"
-                          "写入 {write:g} 倍），并假设已经过了它 {least:,} 个 token 的下限"},
+                          "写入 {write:g} 倍），并假设已超过它 {least:,} token 的门槛"},
     "stream.all_sent": {"en": "All requests sent. ", "zh": "请求都发完了。"},
     "stream.build_new": {"en": "Build a new stream.", "zh": "要再看，请新建一个请求流。"},
     "stream.forward_or_new": {"en": "Fast-forward the clock or build a new stream.",
