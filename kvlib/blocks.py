@@ -209,10 +209,6 @@ class BlockPool:
         self.refs.extend([0] * n)
         self.n_blocks += n
 
-    def clear(self):  # drop every cached block: the index forgets all that no sequence holds
-        while self.evict():
-            pass
-
     def _leaves(self):  # unheld indexed blocks that no indexed block continues, least recently used first
         return (b for b in self.lru if self.entries[b].children == 0)
 
