@@ -17,6 +17,7 @@ import torch
 
 from . import gpt2, llama
 from .errors import KVLibError
+from .i18n import t
 from .kv_cache import KVCache, one_sequence
 
 ASSETS = Path(__file__).parent / "assets"
@@ -313,7 +314,7 @@ def default_name():
     if local_dir("gpt2"):
         return "gpt2"
     # stdout, not stderr: a notebook shows stderr in red, and this is news, not an error
-    print(f"kvlib: using the bundled 'tiny' Shakespeare model; for real GPT-2 run `{download_hint('gpt2')}`")
+    print(t("models.bundled_tiny", hint=download_hint("gpt2")))
     return "tiny"
 
 

@@ -18,7 +18,7 @@ A request's cost, in units of "one uncached input token", follows from its recei
 
 from dataclasses import dataclass
 
-from .i18n import t
+from .i18n import TEXT, t
 from .models import KVLibError
 from .texttable import text_table
 
@@ -35,6 +35,12 @@ class Pricing:
     ttl_seconds: int     # how long an unused entry is kept (the shortest the provider states)
     retention: str
     source: str
+
+    @property
+    def name(self):
+        """The provider as the learner reads it in the language set: "OpenAI, GPT-5" (in Chinese "OpenAI GPT-5")."""
+        key = "provider." + self.provider
+        return t(key) if key in TEXT else self.provider
 
 
 # Anthropic's minimum cacheable prompt length, by model (tokens). Source: Anthropic's docs, "Prompt
@@ -131,7 +137,7 @@ def minimum(prices):
 def kept(prices):
     """How long an unused entry is kept, as the provider states it."""
     if prices.mode == "automatic":
-        return t("pricing.min", n=f"{OPENAI_IDLE_MINUTES[0]}-{OPENAI_IDLE_MINUTES[1]}")
+        return t("pricing.min", n=t("pricing.range", low=OPENAI_IDLE_MINUTES[0], high=OPENAI_IDLE_MINUTES[1]))
     return (t("pricing.min", n=prices.ttl_seconds // 60) if prices.ttl_seconds < 3600
             else t("pricing.hours", n=prices.ttl_seconds // 3600))
 
@@ -141,10 +147,10 @@ def table(prices=None):
     as published, in English, with their dates, in every language)."""
     rows = list((prices or PRICING).values())
     table = text_table([t(f"pricing.{c}") for c in ("provider", "mode", "read", "write", "minimum", "hits", "kept")],
-                       [[p.provider, t(f"mode.{p.mode}"), f"{p.read:.2f}", f"{p.write:.2f}", minimum(p),
+                       [[p.name, t(f"mode.{p.mode}"), f"{p.read:.2f}", f"{p.write:.2f}", minimum(p),
                          t("pricing.steps", n=p.step) if p.mode == "automatic" else t("pricing.marked"), kept(p)]
                         for p in rows], align="<<>>>>>")
-    lines = [f"  {p.provider}: {p.source}" for p in rows]
+    lines = [t("pricing.source", provider=p.name, source=p.source) for p in rows]
     if any(p.mode == "explicit" for p in rows):
         lines.append(t("pricing.min_source", source=ANTHROPIC_MIN_SOURCE))
     return "\n".join([table, "", t("pricing.per_token"), t("pricing.sources")] + lines)

@@ -371,7 +371,7 @@ class PromptCacheStream(App):
                                 t("stream.forward", t=_seconds_label(pc.ttl + 60)), icon="forward", disabled=never,
                                 layout=W.Layout(width="auto"))
         p = self.prices
-        self.view = PromptBlocks(pc, note=t("stream.note", provider=p.provider, read=p.read, write=p.write,
+        self.view = PromptBlocks(pc, note=t("stream.note", provider=p.name, read=p.read, write=p.write,
                                             least=p.min_tokens))
         self.status = W.HTML()
         self.next.on_click(lambda _: self.send())

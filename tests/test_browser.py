@@ -213,7 +213,7 @@ def test_zh_02_tokens(browser, lab, model):
     app = page.locator(".widget-vbox").filter(has=page.locator("textarea")).first
     assert app.locator(".widget-label").first.inner_text() == "文本"
     strip = app.locator(".kv-tokens").nth(1)  # the loaded model's own, then GPT-2's
-    assert strip.locator(".kv-title").inner_text() == (f"GPT-2：{len(text)} 个字符（{len(text.encode())} 字节）"
+    assert strip.locator(".kv-title").inner_text() == (f"GPT-2：{len(text)} 个字符（{len(text.encode())} 个字节）"
                                                        f"切成 {len(gpt2.encode(text))} 个 token")
     piece = tokenization.chunks(gpt2, text)[2]  # the first Chinese character's first byte, with the space before it
     assert piece.text == " <0xE8>"

@@ -157,7 +157,7 @@ def test_a_translated_notebooks_exercises_speak_its_language(path, tiny):
 def test_the_token_apps_speak_chinese_and_english(tiny, zh):
     app = widgets.Tokens(tiny, "轩辕家养了一只虎皮鹦鹉")
     strip = app.strips[0]
-    assert strip.title == f"tiny (当前加载的模型)：11 个字符（33 字节）切成 {len(tiny.encode('轩辕家养了一只虎皮鹦鹉'))} 个 token"
+    assert strip.title == f"tiny（当前加载的模型）：11 个字符（33 个字节）切成 {len(tiny.encode('轩辕家养了一只虎皮鹦鹉'))} 个 token"
     assert strip.words == {"position": "位置", "byte": "字节", "bytes": "字节", "parted": "两个提示词从这里开始不同"}
     assert app.text.description == "文本"
     div = widgets.Divergence(tiny, "轩辕家养了一只虎皮鹦鹉", "轩辕家养了一只小猫")
