@@ -46,6 +46,10 @@ class Tokenizer:
     def __repr__(self):
         return f"Tokenizer({self.name!r})"
 
+    @property
+    def short(self):  # the name without its note in brackets: "GPT-4" of "GPT-4 (cl100k_base)", "tiny" of "tiny（…）"
+        return self.name.split(" (")[0].split("（")[0]
+
 
 def byte_level(name, tok):
     """A Hugging Face byte-level BPE (GPT-2's kind, also tiny's and SmolLM2's) as a Tokenizer."""
