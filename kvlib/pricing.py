@@ -38,7 +38,8 @@ class Pricing:
 
     @property
     def name(self):
-        """The provider as the learner reads it in the language set: "OpenAI, GPT-5" (in Chinese "OpenAI GPT-5")."""
+        """The provider as the learner reads it in the language set: "OpenAI, GPT-5" (in Chinese "OpenAI GPT-5");
+        a Pricing a learner makes for a provider of their own keeps the name they gave it."""
         key = "provider." + self.provider
         return t(key) if key in TEXT else self.provider
 
