@@ -55,9 +55,9 @@ def words(prefix):
 
 
 TEXT = {
-    # exercises (kvlib/exercises): the verdict on a prediction
-    "check.pending": {"en": "✏️ Replace <code>...</code> with your prediction, then run this cell again.",
-                      "zh": "✏️ 把 <code>...</code> 换成你的预测，再运行这个单元格。"},
+    # exercises (kvlib/exercises): the verdict on a prediction, or on what a learner's own code computed
+    "check.pending": {"en": "✏️ Replace <code>...</code> with your answer, then run this cell again.",
+                      "zh": "✏️ 把 <code>...</code> 换成你的答案，再运行这个单元格。"},
     "check.right": {"en": "✅ <b>Right.</b>", "zh": "✅ <b>答对了。</b>"},
     "check.wrong": {"en": "❌ <b>Not quite</b> (you said {guess}). Hint: {hint}",
                     "zh": "❌ <b>还不对</b>（你的答案是 {guess}）。提示：{hint}"},
