@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvlib import KVLibError, plots, routing
+from kvlib import KVLibError, i18n, plots, routing
 from kvlib.measure import random_ids
 
 
@@ -86,5 +86,12 @@ def test_resend_plot_draws_a_line_per_router_and_the_chance_line():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["router: random", "router: prefix hash",
                                                                     "1 / replicas"]
     assert list(ax.get_xticks()) == [1, 2, 4] and ax.get_title() == "resends"
+    i18n.set_language("zh")
+    try:  # in Chinese the legend names each router in Chinese, as notebook 6's prose does; a name of one's own stays
+        legend = plots.resend_hits(runs + [SimpleNamespace(router="mine", replicas=1, repeat_hit_rate=1.0)], "")
+        assert [t.get_text() for t in legend.axes[0].get_legend().get_texts()] == [
+            "路由：随机", "路由：按前缀哈希", "路由：mine", "1 / 副本数"]
+    finally:
+        i18n.set_language("en")
     with pytest.raises(ValueError, match="at least one run"):
         plots.resend_hits([], "resends")

@@ -202,8 +202,9 @@ def test_the_prompt_cache_stream_speaks_chinese_and_english(tiny, zh):
     assert app.status.value.startswith(f"已发送 <b>问题 2</b>：{r.input_tokens} 个 token 里 {r.cached_tokens} 个来自缓存")
     view = app.view
     assert view.words["hit"] == "命中：从缓存里读出" and view.words["col.tenant"] == "租户"
+    assert view.words["seconds"] == "{t} 秒"  # the tooltips' and the table's times (blocks.js fills it)
     assert view.title.startswith(f"自动缓存 · TTL 300 s · 每块 16 个 token · 缓存里有 {len(pc.index)} 个块")
-    assert f"  问题 1 → {r.cached_tokens // 16} 个块在 10 s 时被“问题 2”再次读取" in view.summary()
+    assert f"  问题 1 → {r.cached_tokens // 16} 个块在 10 秒时被“问题 2”再次读取" in view.summary()
     held = len(pc.index)
     app.fast_forward()
     assert app.status.value == f"时钟已越过 TTL：{held} 个块过期了；缓存里现在有 0 个块。"

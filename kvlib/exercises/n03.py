@@ -31,10 +31,10 @@ def king_queen_or_table(smollm2):
           hint={"en": "One dimension keeps only the widest difference; each one added gives the families more room. "
                       "Then run the next cell and read its curve: SmolLM2's first dot at or above 85 %.",
                 "zh": "一维只留下差别最大的那个方向；每多一维，各族就多一点地方。"
-                      "然后运行下一个单元格，读它的曲线：SmolLM2 第一个到达或超过 85 % 的点。"},
+                      "然后运行下一个单元格，读它的曲线：SmolLM2 第一个到达或超过 85% 的点。"},
           explain={"en": "SmolLM2's families first reach 85 % separation with {answer} dimensions kept: fewer are too "
                          "few to hold what sets the families apart, out of the 576 its table has.",
-                   "zh": "保留 {answer} 维时，SmolLM2 的词族分离度第一次达到 85 %：它的表有 576 维，"
+                   "zh": "保留 {answer} 维时，SmolLM2 的词族分离度第一次达到 85%：它的表有 576 维，"
                          "比这更少的维数装不下区分各族的那些差别。"})
 def dims_to_85(smollm2):
     """In how many PCA dimensions does the family separation of SmolLM2's embeddings first reach 85 %?"""

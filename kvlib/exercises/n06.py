@@ -15,7 +15,7 @@ from ..prompt_cache import ManualClock, PromptCache, Receipt
           explain={"en": "{answer} tokens: the first request stored its full blocks (6 x 16 = 96 of its first 99 "
                          "tokens), and the second request starts with all of them. Its 30 new tokens, and the 4 shared "
                          "ones after the last full block, are computed.",
-                   "zh": "{answer} 个 token：第一个请求存下了它的整块（前 99 个 token 里的 6 x 16 = 96 个），"
+                   "zh": "{answer} 个 token：第一个请求存下了它的整块（前 99 个 token 里的 6 × 16 = 96 个），"
                          "第二个请求开头正好是这些块。它新加的 30 个 token，加上最后一个整块之后那 4 个共同的 token，"
                          "都要重新算。"})
 def second_request_cached(model):
@@ -38,7 +38,7 @@ SONNET = "Claude Sonnet 4.5"  # a model whose minimum (pricing.ANTHROPIC_MIN_TOK
                          "1,200 tokens at 0.1 (1,200 x 0.1 + 300 = 420).",
                    "zh": "{answer:g}：写入 1,200 个 token，每个 1.25，再加 300 个普通 token，每个 1。第一次请求"
                          "比不用缓存（1,500）还要贵；省钱要靠后面的请求，它们按 0.1 读这 1,200 个 token"
-                         "（1,200 x 0.1 + 300 = 420）。"})
+                         "（1,200 × 0.1 + 300 = 420）。"})
 def anthropic_write_cost(model):
     """On Claude Sonnet 4.5 (it caches a marked prefix from 1,024 tokens), under Anthropic's 5-minute cache
     prices (written 1.25x, read 0.1x), a 1,500-token request whose first 1,200 tokens are marked with
@@ -57,8 +57,8 @@ def anthropic_write_cost(model):
                 "zh": "TTL 从最后一次使用算起，不是从写入时算起。"},
           explain={"en": "{answer} tokens: the hit at 200 s renewed the blocks, so at 450 s they had been unused for "
                          "only 250 s, under the 300 s TTL. Only an entry left alone for longer than the TTL expires.",
-                   "zh": "{answer} 个 token：200 s 那次命中让这些块重新计时，到 450 s 时它们只闲置了 250 s，"
-                         "没到 300 s 的 TTL。只有闲置超过 TTL 的条目才会过期。"})
+                   "zh": "{answer} 个 token：200 秒那次命中让这些块重新计时，到 450 秒时它们只闲置了 250 秒，"
+                         "没到 300 秒的 TTL。只有闲置超过 TTL 的条目才会过期。"})
 def ttl_renewed(model):
     """TTL 300 s, block size 16. A 40-token prompt is sent at 0 s, the same prompt again at 200 s, and
     again at 450 s. How many tokens of the request at 450 s are read from the cache?"""
@@ -77,7 +77,7 @@ def ttl_renewed(model):
                 "zh": "内存有上限时，最久没被“用”过的前缀先走；命中也算一次使用。"},
           explain={"en": "({answer}) B goes: A was used again at 2 s, after B was written at 1 s, so B was the least "
                          "recently used prefix when C needed room.",
-                   "zh": "（{answer}）B 被逐出：B 在 1 s 写入，A 在 2 s 又被用了一次，所以 C 要地方的时候，"
+                   "zh": "（{answer}）B 被逐出：B 在 1 秒时写入，A 在 2 秒时又被用了一次，所以 C 要地方的时候，"
                          "B 是最久没用过的前缀。"})
 def evicted(model):
     """A cache with room for exactly 4 blocks of 16 tokens. Prefix A (2 blocks) is sent at 0 s, prefix B

@@ -43,7 +43,7 @@ def attention_overtakes(model):
                       "各自乘以层数（95 和 60），都按 2 字节算。"},
           explain={"en": "Latent attention alone, bf16 against bf16, cuts the cache by {answer:.1f} %. The paper's "
                          "93.3 % also counts the deployed cache's ~6-bit numbers.",
-                   "zh": "只算潜在注意力，bf16 对 bf16，缓存小了 {answer:.1f} %。论文的 93.3 % 还算上了实际部署时"
+                   "zh": "只算潜在注意力，bf16 对 bf16，缓存小了 {answer:.1f}%。论文的 93.3% 还算上了实际部署时"
                          "缓存里约 6 位的数。"})
 def mla_cut(model):
     """By what percentage is DeepSeek-V2's cache per token (latent attention, bf16) smaller than DeepSeek 67B's

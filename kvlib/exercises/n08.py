@@ -20,8 +20,8 @@ def users_fit(context):
                       f"is what the caches share; one sequence of 131,072 tokens takes 2 x {LLAMA.n_layer} layers x "
                       f"{LLAMA.n_kv_head} KV heads x {LLAMA.head_dim} numbers x 2 bytes per token. Round down.",
                 "zh": f"GPU 的 {GPU / 1e9:.0f} GB 减去 {memory.all_weight_bytes(LLAMA) / 1e9:.0f} GB 权重，剩下的由各个缓存"
-                      f"分；一条 131,072 个 token 的序列，每个 token 占 2 x {LLAMA.n_layer} 层 x {LLAMA.n_kv_head} 个 KV 头 "
-                      f"x {LLAMA.head_dim} 个数 x 2 字节。向下取整。"},
+                      f"分；一条 131,072 个 token 的序列，每个 token 占 2 × {LLAMA.n_layer} 层 × {LLAMA.n_kv_head} 个 KV 头 "
+                      f"× {LLAMA.head_dim} 个数 × 2 字节。向下取整。"},
           explain={"en": f"{{answer}} users: {LEFT / 1e9:.0f} GB left over, and each 131,072-token cache takes "
                          f"{memory.kv_bytes(LLAMA, 131072) / 1e9:.1f} GB. At 8,192 tokens the same GPU holds "
                          f"{users_fit(8192)}: long contexts, not the weights, decide how many people a GPU serves.",
@@ -38,7 +38,7 @@ def users_at_128k(model):
           hint={"en": "Every occupied slot makes one token a step (the prefill makes the first), and a static batch "
                       "runs until its longest answer is done. Count 4 slots x the steps, minus the tokens made.",
                 "zh": "每个有人的槽位每步生成一个 token（预填充生成第一个），静态批要跑到最长的回答结束。"
-                      "算 4 个槽位 x 步数，再减去生成的 token 数。"},
+                      "算 4 个槽位 × 步数，再减去生成的 token 数。"},
           explain={"en": "{answer} slot-steps idle: the batch runs 10 steps, so 4 slots offer 40, and the answers use "
                          "2 + 3 + 5 + 10 = 20 of them. Continuous batching would give each freed slot to a waiting "
                          "request at the next step.",
@@ -62,7 +62,7 @@ def static_idle(model):
                          "full shared ones, so 2 (the partly filled 7th block is copied before a user writes into it). "
                          "Without sharing, 4 x 8 = 32.",
                    "zh": "{answer} 块：系统提示词的 7 块，加上每个用户 ceil(120 / 16) = 8 块减去共享的 6 个满块，即 2 块"
-                         "（没填满的第 7 块在用户写入之前先复制一份）。不共享的话是 4 x 8 = 32 块。"})
+                         "（没填满的第 7 块在用户写入之前先复制一份）。不共享的话是 4 × 8 = 32 块。"})
 def shared_blocks(model):
     """Blocks of 16 tokens. A system prompt of 100 tokens is prefilled once; 4 users each add 20 tokens of their
     own after it, sharing its blocks. How many blocks are in use, the system prompt's own included?"""

@@ -10,7 +10,6 @@ const FIELDS = ["label", "tenant", "at", "blocks", "input", "cached", "written",
 
 // a block's text for the tooltip: whole when short, else its start and end
 const excerpt = (t, max = 240) => KV.quoted(t.length <= max ? t : `${t.slice(0, 170)} … ${t.slice(-60)}`);
-const secs = (t) => `${KV.int(Math.round(t))} s`;
 
 function render({ model, el }) {
   const { tip, body, cleanup } = KV.frame(model, el, "blocks");
@@ -19,6 +18,7 @@ function render({ model, el }) {
 
   const draw = () => {
     const w = model.get("words");
+    const secs = (t) => KV.fill(w.seconds, { t: KV.int(Math.round(t)) });  // "10 s", in Chinese "10 秒"
     const clock = model.get("clock"), ttl = model.get("ttl"), stored = model.get("stored");
     const chip = (b, k, q) => {
       const kept = b.state !== "computed" ? stored[b.hash] : undefined;  // the block as the cache holds it now
