@@ -419,7 +419,7 @@ TEXT = {
                                                      "zh": "把 head_dim 当成 hidden / 头数"},
     "longcontext.shared K/V heads ignored (GQA or MQA counted as one K/V head per query head)": {
         "en": "shared K/V heads ignored (GQA or MQA counted as one K/V head per query head)",
-        "zh": "忽略共享的 K/V 头（把 GQA 或 MQA 算成每个查询头一个 K/V 头）"},
+        "zh": "忽略共享的 K/V 头（把 GQA 或 MQA 算成每个 query 头一个 K/V 头）"},
     "longcontext.sliding window applied to every layer": {"en": "sliding window applied to every layer",
                                                           "zh": "把滑动窗口套到每一层"},
     "longcontext.sliding window ignored": {"en": "sliding window ignored", "zh": "忽略滑动窗口"},
@@ -430,11 +430,11 @@ TEXT = {
                            "zh": "{name}：每 token {bytes} 字节，原来 {baseline}（省下 {saving}），loss {loss}，原来 "
                                  "{baseline_loss} nats，KL {kl} nats"},
     "compression.grouped": {"en": "{kind}: {heads} for {n} query heads (averaged, not trained)",
-                            "zh": "{kind}：{n} 个查询头共用 {heads}（平均出来的，不是训练出来的）"},
+                            "zh": "{kind}：{n} 个 query 头共用 {heads}（平均出来的，不是训练出来的）"},
     "compression.kv_head": {"en": "1 K/V head", "zh": "1 个 K/V 头"},
     "compression.kv_heads": {"en": "{n} K/V heads", "zh": "{n} 个 K/V 头"},
     "compression.quantized": {"en": "int{bits} cache (keys per {keys}, values per {values}, {recent} recent kept)",
-                              "zh": "int{bits} 缓存（{keys}量化键、{values}量化值，最近 {recent} 个保留原样）"},
+                              "zh": "int{bits} 缓存（key {keys}量化，value {values}量化，最近 {recent} 个保留原样）"},
     "compression.token": {"en": "token", "zh": "逐 token "},
     "compression.channel": {"en": "channel", "zh": "逐通道"},
     "compression.full": {"en": "full-precision cache", "zh": "全精度缓存"},
