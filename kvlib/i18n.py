@@ -30,6 +30,12 @@ def t(key, **values):
     return local(TEXT[key]).format(**values)
 
 
+def named(kind, name):
+    """A name kvlib gives (a provider, a router) as the learner reads it: TEXT["kind.name"] in the language set;
+    a name of the learner's own, which TEXT does not hold, as they gave it."""
+    return t(f"{kind}.{name}") if f"{kind}.{name}" in TEXT else name
+
+
 def local(text):
     """A text given per language ({"en": ..., "zh": ...}) -> the one to show now; a plain str is every language's."""
     return text.get(_language, text["en"]) if isinstance(text, dict) else text

@@ -178,8 +178,8 @@ def resend_hits(runs, title):
     routers = list(dict.fromkeys(r.router for r in runs))
     for k, name in enumerate(routers):
         mine = sorted((r.replicas, r.repeat_hit_rate) for r in runs if r.router == name)
-        said = i18n.t("router." + name) if "router." + name in i18n.TEXT else name  # the router's name in the language set
-        ax.plot(*zip(*mine), marker=MARKERS[k], color=FAMILY_COLOURS[k], label=i18n.t("plot.resend.router", name=said))
+        ax.plot(*zip(*mine), marker=MARKERS[k], color=FAMILY_COLOURS[k],
+                label=i18n.t("plot.resend.router", name=i18n.named("router", name)))
     ns = sorted({r.replicas for r in runs})
     ax.plot(ns, [1 / n for n in ns], "--", color="#999999", label=i18n.t("plot.resend.chance"))
     ax.set_xticks(ns), ax.set_xlabel(i18n.t("plot.resend.xlabel"))

@@ -18,7 +18,7 @@ A request's cost, in units of "one uncached input token", follows from its recei
 
 from dataclasses import dataclass
 
-from .i18n import TEXT, t
+from .i18n import named, t
 from .models import KVLibError
 from .texttable import text_table
 
@@ -37,11 +37,8 @@ class Pricing:
     source: str
 
     @property
-    def name(self):
-        """The provider as the learner reads it in the language set: "OpenAI, GPT-5" (in Chinese "OpenAI GPT-5");
-        a Pricing a learner makes for a provider of their own keeps the name they gave it."""
-        key = "provider." + self.provider
-        return t(key) if key in TEXT else self.provider
+    def name(self):  # "OpenAI, GPT-5", in Chinese "OpenAI GPT-5"; a provider of the learner's own as they named it
+        return named("provider", self.provider)
 
 
 # Anthropic's minimum cacheable prompt length, by model (tokens). Source: Anthropic's docs, "Prompt

@@ -281,10 +281,10 @@ def test_bad_input(tiny):
     pc = kvlib.PromptCache(tiny)
     with pytest.raises(ValueError, match="empty"):
         pc.prefill("")
-    for settings in ({"block_size": 0}, {"block_size": 2.5}, {"max_bytes": -5}, {"max_bytes": True},
-                     {"ttl_seconds": None}, {"ttl_seconds": 0}):
-        with pytest.raises(kvlib.KVLibError, match=next(iter(settings))):
-            kvlib.PromptCache(tiny, **settings)
+    for bad in ({"block_size": 0}, {"block_size": 2.5}, {"max_bytes": -5}, {"max_bytes": True},
+                {"ttl_seconds": None}, {"ttl_seconds": 0}):
+        with pytest.raises(kvlib.KVLibError, match=next(iter(bad))):
+            kvlib.PromptCache(tiny, **bad)
     with pytest.raises(kvlib.KVLibError, match="named by a string, not None"):  # None and "None" must not share blocks
         pc.prefill("To be, or not to be, that is the question", tenant=None)
     explicit = kvlib.PromptCache(tiny, mode="explicit")
