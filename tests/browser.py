@@ -11,6 +11,7 @@ sends the kernel (a view that switches in the browser sends nothing).
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -219,6 +220,8 @@ def check_clean(page, errors, name, pictures=True):
         assert f"Model({Lab.model!r}," in first, f"{name}: the first cell loaded {first[:300]!r}, not {Lab.model}"
     stderr = page.locator(ERROR_OUTPUT)
     assert stderr.count() == 0, f"{name}: error output: {stderr.first.inner_text()[:500]}"
+    for text in page.locator(VIEWS).all_inner_texts():  # a JS null or undefined written where a word was meant
+        assert not re.search(r"\b(null|undefined|NaN)\b", text), f"{name}: a view shows {text[:500]!r}"
     if pictures:
         assert page.locator(".jp-RenderedImage img").count() > 0, f"{name}: no pictures rendered"
     assert page.locator(".jupyter-widgets").count() > 0, f"{name}: no widgets rendered"
@@ -275,8 +278,6 @@ def no_kernel_request(page, action):
 def kernel_holds(page, action, *values, timeout_s=30):
     """Do `action` (typing into widgets) and wait until the kernel has echoed each new value back
     (ipywidgets' echo_update, sent as the kernel takes a value in): a click after this sees them."""
-    import re
-
     seen, deadline = len(page.recorder.received), time.monotonic() + timeout_s
     action()
     wanted = [re.compile(r'"value":\s*' + re.escape(json.dumps(v, ensure_ascii=False)) + r"\s*[,}]") for v in values]

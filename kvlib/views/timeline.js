@@ -94,8 +94,9 @@ function render({ model, el }) {
         body.replaceChildren(KV.h("div", { class: "kv-empty" }, w.empty));
         return;
       }
-      body.replaceChildren(KV.h("div", { class: "kv-title" }, model.get("title")), ratio(runs), legend(),
-        ...runs.map((run) => grid(run, requests)));
+      // no ratio line unless a static and a continuous run are both shown (replaceChildren would print a null)
+      body.replaceChildren(...[KV.h("div", { class: "kv-title" }, model.get("title")), ratio(runs), legend(),
+        ...runs.map((run) => grid(run, requests))].filter(Boolean));
     } catch (err) {
       body.replaceChildren(KV.h("div", { class: "kv-error" }, say("broken", { error: err.message })));
     }
