@@ -34,7 +34,7 @@ def test_the_plots_draw_the_times_they_are_given():
     assert fig.axes[0].get_title() == "ttft" and fig.axes[0].get_ylim()[0] == 0
     sent, unsent = [1.0, 1.1, 1.2, 5.0], [3.0, 3.5, 4.0, 4.5]
     fig = plots.timing_leak([("shared", sent, unsent, 1e-5), ("per tenant", unsent, unsent, 0.5)], bins=4)
-    assert len(fig.axes) == 2 and fig.axes[0].get_title() == "shared: Mann-Whitney p = 1.0e-05"
+    assert len(fig.axes) == 2 and fig.axes[0].get_title() == "shared: Mann-Whitney p = 1e-05"
     # the same 4 bins of 1.0 from 1.0 to 5.0 for both samples (the last one closed): sent falls 3, 0, 0, 1 into
     # them, unsent 0, 0, 2, 2
     heights = [[bar.get_height() for bar in c] for c in fig.axes[0].containers]

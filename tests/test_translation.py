@@ -203,7 +203,7 @@ def test_the_prompt_cache_stream_speaks_chinese_and_english(tiny, zh):
     view = app.view
     assert view.words["hit"] == "命中：从缓存里读出" and view.words["col.tenant"] == "租户"
     assert view.words["seconds"] == "{t} 秒"  # the tooltips' and the table's times (blocks.js fills it)
-    assert view.title.startswith(f"自动缓存 · TTL 300 s · 每块 16 个 token · 缓存里有 {len(pc.index)} 个块")
+    assert view.title.startswith(f"自动缓存 · TTL 300 秒 · 每块 16 个 token · 缓存里有 {len(pc.index)} 个块")
     assert f"  问题 1 → {r.cached_tokens // 16} 个块在 10 秒时被“问题 2”再次读取" in view.summary()
     held = len(pc.index)
     app.fast_forward()

@@ -38,7 +38,7 @@ def space_same_id(model):
           explain={"en": "({answer}) The newest vocabulary, o200k_base (about 200,000 tokens), holds many Chinese "
                          "words whole; GPT-2's 50,257 mostly cut Chinese characters into bytes.",
                    "zh": "（{answer}）最新的词表 o200k_base（约 20 万个 token）把很多中文词整个收了进去；"
-                         "GPT-2 的 50,257 个 token 大多只能把汉字拆成字节。"})
+                         "GPT-2 那 5 万多个 token 的词表，大多只能把汉字拆成字节。"})
 def fewest_chinese(model):
     """Which tokenizer uses the fewest tokens for the Chinese sentence? (a) GPT-2 (b) cl100k_base (GPT-4)
     (c) o200k_base (GPT-4o / GPT-5)"""
