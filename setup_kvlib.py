@@ -131,13 +131,14 @@ def lab():
     return run(venv_bin("jupyter"), "lab", "notebooks", *root_flag, env={**os.environ, **LAB_ENV}, check=False)
 
 
-PYTEST = ["-m", "pytest", "-q", "-n", "2", "--dist", "loadscope", "--durations=10", "tests"]
+PYTEST = ["-m", "pytest", "-q", "-n", "2", "--dist", "loadscope", "--no-loadscope-reorder", "--durations=10", "tests"]
 
 
 def pytest(*marks):
     # two workers (pytest-xdist): one process left a third of 2 cores idle while a kernel, a Jupyter server or
     # Chromium waited on another (12.6 -> 9.1 min here); loadscope keeps a module's tests on one worker, so its
-    # module fixtures (a Jupyter server and Chromium, llama-server) start once
+    # module fixtures (a Jupyter server and Chromium, llama-server) start once; in conftest's order (LONGEST_FIRST),
+    # not xdist's by number of tests
     code = run(venv_bin("python"), *PYTEST, *marks, check=False)
     return 0 if code == 5 else code  # 5: no test had that mark, which is no failure
 

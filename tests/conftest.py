@@ -133,18 +133,25 @@ def hf_greedy(hf, ids, n, stop_at_eos=True):
 
 
 SLOW_FIXTURES = {"smollm2", "smollm2_hf", "random_gpt2", "hf_random_gpt2"}
+# The modules that take longest (the suite's durations: each notebook in the browser, then by nbclient, then the
+# parity runs), handed to make test's two workers first: xdist's loadscope gives out a module at a time, by default
+# the modules with the most tests first, and the browser's few long tests came near the end, the other worker idle.
+LONGEST_FIRST = ("test_browser.py", "test_notebooks.py", "test_parity.py")
 
 
 def pytest_collection_modifyitems(items):
     """`make check` leaves out tests marked slow: every test on SmolLM2 or GPT-2 small's shape (a load,
     then work at their size), whether it names the fixture or takes its name as a parameter (and then calls
     `request.getfixturevalue`), and every exercise on SmolLM2, besides those marked by hand (subprocesses,
-    notebooks, the browser, long streams). `marked_as_it_runs` checks the marks against what each test did."""
+    notebooks, the browser, long streams). `marked_as_it_runs` checks the marks against what each test did.
+    Then the LONGEST_FIRST modules are put first, for make test's two workers."""
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         named = set(item.fixturenames) | {v for v in params.values() if isinstance(v, str)}
         if SLOW_FIXTURES & named or getattr(params.get("ex"), "uses", ()):
             item.add_marker(pytest.mark.slow)
+    first = {name: k for k, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: the rest keep their order
 
 
 platform.platform()  # asks `uname -p` once and keeps it: a test that names the platform starts no process
