@@ -218,7 +218,7 @@ TEXT = {
                                  "最大的变化：{change}），只有最后一行是新的。"},
     "grid.summary_last": {"en": "step {last} alone recomputed {rows} old rows, {macs} multiply-adds in the whole model: "
                                 "the work a cache saves.",
-                          "zh": "光是第 {last} 步就重算了 {rows} 行旧的，整个模型 {macs}次乘加：这就是缓存省下的工作。"},
+                          "zh": "光是第 {last} 步就重算了 {rows} 行旧的，整个模型 {macs}次乘加：这就是缓存省下的计算。"},
     "att.caption": {"en": "Row: the token that looks (query). Column: the token it looks at (key). Each row sums to 1; "
                           "darker = more weight; hatched = masked (a token cannot look ahead).",
                     "zh": "行：发出“看”的 token（query）。列：被看的 token（key）。每行加起来是 1；颜色越深，权重越大；"

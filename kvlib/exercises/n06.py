@@ -77,7 +77,7 @@ def ttl_renewed(model):
                 "zh": "内存有上限时，最久没被“用”过的前缀先走；命中也算一次使用。"},
           explain={"en": "({answer}) B goes: A was used again at 2 s, after B was written at 1 s, so B was the least "
                          "recently used prefix when C needed room.",
-                   "zh": "（{answer}）B 被逐出：B 在 1 秒时写入，A 在 2 秒时又被用了一次，所以 C 要地方的时候，"
+                   "zh": "（{answer}）B 被逐出：B 在 1 秒时写入，A 在 2 秒时又被用了一次，所以 C 需要腾地方时，"
                          "B 是最久没用过的前缀。"})
 def evicted(model):
     """A cache with room for exactly 4 blocks of 16 tokens. Prefix A (2 blocks) is sent at 0 s, prefix B
