@@ -123,7 +123,7 @@ TEXT = {
     "app.prompt_b": {"en": "Prompt B", "zh": "提示词 B"},
     "divergence.parted": {"en": "the first {shared} tokens are shared; they differ from token {index} on "
                                 "(a red bar, then dashed outlines)",
-                          "zh": "前 {shared} 个 token 相同；从第 {index} 个 token 起不同（红色竖线之后是虚线框）"},
+                          "zh": "前 {shared} 个 token 相同；从位置 {index} 起不同（红色竖线之后是虚线框）"},
     "divergence.same": {"en": "the same tokens: all {shared} shared", "zh": "token 完全相同：{shared} 个全部共享"},
     "divergence.prefix": {"en": "one is a prefix of the other: {shared} tokens shared",
                           "zh": "一个是另一个的前缀：共享 {shared} 个 token"},
@@ -218,7 +218,7 @@ TEXT = {
                                  "最大的变化：{change}），只有最后一行是新的。"},
     "grid.summary_last": {"en": "step {last} alone recomputed {rows} old rows, {macs} multiply-adds in the whole model: "
                                 "the work a cache saves.",
-                          "zh": "光是第 {last} 步就重算了 {rows} 行旧的，整个模型 {macs}次乘加：这就是缓存省下的计算。"},
+                          "zh": "光是第 {last} 步，就把 {rows} 行旧的重算了一遍，整个模型加起来是 {macs}次乘加：这就是缓存能省下的计算。"},
     "att.caption": {"en": "Row: the token that looks (query). Column: the token it looks at (key). Each row sums to 1; "
                           "darker = more weight; hatched = masked (a token cannot look ahead).",
                     "zh": "行：发出“看”的 token（query）。列：被看的 token（key）。每行加起来是 1；颜色越深，权重越大；"
