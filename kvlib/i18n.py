@@ -31,7 +31,7 @@ def t(key, **values):
 
 
 def named(kind, name):
-    """A name kvlib gives (a provider, a router) as the learner reads it: TEXT["kind.name"] in the language set;
+    """A name kvlib gives (a provider, a router, a word family) as the learner reads it: TEXT["kind.name"] in the language set;
     a name of the learner's own, which TEXT does not hold, as they gave it."""
     return t(f"{kind}.{name}") if f"{kind}.{name}" in TEXT else name
 

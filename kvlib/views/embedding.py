@@ -11,13 +11,9 @@ import traitlets as T
 
 from .. import embeddings
 from ..errors import check_count, is_count
-from ..i18n import TEXT, t
+from ..i18n import named, t
 from ..models import KVLibError
 from .base import View, check_model, link_for, module, rounded
-
-
-def family_name(family):  # a family of embeddings.WORD_FAMILIES in the notebook's language; another as given
-    return t("family." + family) if "family." + family in TEXT else family
 
 
 def is_pair(p, model):  # (word, token id) of `model`'s vocabulary
@@ -51,7 +47,7 @@ class EmbeddingMap(View):
         ids = [int(i) for f in fams.values() for _, i in f]
         tokens = [model.decode([i]) for i in ids]
         return cls(title=t("map.title", count=len(ids), model=model.name, dims=model.config.n_embd),
-                   tokens=tokens, ids=ids, labels=[family_name(f) for f in labels], coords=rounded(coords, digits),
+                   tokens=tokens, ids=ids, labels=[named("family", f) for f in labels], coords=rounded(coords, digits),
                    dims=int(dims), scores=[embeddings.separation(coords[:, :d], labels) for d in (1, 2, 3)],
                    link=link_for(tokens)).check_size()
 
