@@ -14,7 +14,9 @@ function render({ model, el }) {
   const keys = model.get("k_rows"), values = model.get("v_rows"), link = model.get("link");
   const last = fed.length - 1, compact = sh.n_layer > 12;
   const perLine = compact ? 10 : Math.min(sh.n_layer, 6);  // layers side by side, in lines that fit the page
-  const rowBytes = sh.bytes_per_token / sh.n_layer / 2;  // one K (or V) row of one layer
+  // bytes per number from the data (kvlib's fp32 cache: 4; a page's fp16 one: 2), never assumed
+  const perToken = 2 * sh.n_layer * sh.n_kv_head * sh.head_dim * sh.bytes_per_number;  // K and V, every layer
+  const rowBytes = sh.n_kv_head * sh.head_dim * sh.bytes_per_number;  // one K (or V) row of one layer
   const held = (s) => fed.slice(0, s + 1).reduce((a, b) => a + b, 0);
   const max = Math.max(KV.absMax(keys.flat(2)), KV.absMax(values.flat(2)));
   let step = Math.min(model.get("step"), last), drawn = -1;
@@ -78,7 +80,7 @@ function render({ model, el }) {
     where.textContent = KV.fill(w.where, { s, last });
     headline.replaceChildren(s === 0 ? KV.fill(w.prefill, { n })
       : KV.fill(w.decode, { s, q: KV.quoted(tokens[n - 1]), layers: sh.n_layer, n, old: n - 1 }));
-    const formula = n * sh.bytes_per_token;
+    const formula = n * perToken;
     sum.replaceChildren(KV.fill(w.formula, { n, layers: sh.n_layer, nkv: sh.n_kv_head, hs: sh.head_dim,
                                              b: sh.bytes_per_number, formula: KV.int(formula) }),
       KV.h("b", { class: "kv-total" }, KV.fill(w.total, { total: KV.int(nbytes[s]) })), formula === nbytes[s] ? " ✓" : w.differs);

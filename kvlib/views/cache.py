@@ -11,7 +11,7 @@ import traitlets as T
 
 from ..generate import generate
 from ..i18n import t
-from ..memory import model_kv_bytes_per_token
+from ..memory import kv_bytes_per_token
 from .base import View, check_model, link_for, module, prompt_ids, rounded
 
 PREVIEW = 8  # numbers of each row drawn (KV head 0, dims 0-7); every layer holds n_kv_head × head_dim
@@ -21,8 +21,8 @@ class CacheGrowth(View):
     _esm = module("cache.js")
     WORDS = ("cache", "stepper")
     model_name = T.Unicode().tag(sync=True)
-    shape = T.Dict().tag(sync=True)         # n_layer, n_kv_head, head_dim, bytes_per_number, bytes_per_token,
-                                            # preview (the numbers drawn per row)
+    shape = T.Dict().tag(sync=True)         # n_layer, n_kv_head, head_dim, bytes_per_number (the cache's dtype:
+                                            # the view's formula takes it from here), preview (numbers drawn per row)
     tokens = T.List().tag(sync=True)        # every token the cache holds by the last step
     fed = T.List().tag(sync=True)           # per step: how many tokens that step fed (the prompt, then 1)
     nbytes = T.List().tag(sync=True)        # per step: cache.nbytes, measured
@@ -47,8 +47,7 @@ class CacheGrowth(View):
         fed = [len(gen.prompt_ids)] + [1] * (len(gen.ids) - 1)
         c = model.config
         shape = dict(n_layer=c.n_layer, n_kv_head=c.n_kv_head, head_dim=c.head_dim,
-                     bytes_per_number=model.dtype.itemsize, bytes_per_token=model_kv_bytes_per_token(
-                         c, model.dtype.itemsize), preview=min(PREVIEW, c.head_dim))
+                     bytes_per_number=cache.layers[0].keys.element_size(), preview=min(PREVIEW, c.head_dim))
         first = lambda t: rounded(t[0, :, :PREVIEW], 2)  # [nkv, T, hs] -> [T][PREVIEW] of KV head 0
         return cls(model_name=model.name, shape=shape, tokens=tokens, fed=fed, nbytes=nbytes,
                    layer_nbytes=layer_nbytes, k_rows=[first(l.keys) for l in cache.layers],
@@ -60,8 +59,8 @@ class CacheGrowth(View):
 
     def summary(self):
         s = self.shape
-        lines = [t("cache.summary_title", model=self.model_name, layers=s["n_layer"],
-                   bytes=f"{s['bytes_per_token']:,}")]
+        per_token = kv_bytes_per_token(s["n_layer"], s["n_kv_head"], s["head_dim"], s["bytes_per_number"])
+        lines = [t("cache.summary_title", model=self.model_name, layers=s["n_layer"], bytes=f"{per_token:,}")]
         for step, n in enumerate(self.nbytes):
             held = self.held(step)
             lines.append(t("cache.summary_step", step=step, fed=self.fed[step], held=held,
