@@ -36,9 +36,10 @@ def named(kind, name):
     return t(f"{kind}.{name}") if f"{kind}.{name}" in TEXT else name
 
 
-def local(text):
-    """A text given per language ({"en": ..., "zh": ...}) -> the one to show now; a plain str is every language's."""
-    return text.get(_language, text["en"]) if isinstance(text, dict) else text
+def local(text, language=None):
+    """A text given per language ({"en": ..., "zh": ...}) -> the one to show now (or in `language`); a plain str is
+    every language's."""
+    return text.get(language or _language, text["en"]) if isinstance(text, dict) else text
 
 
 def magnitude(n):
@@ -55,9 +56,10 @@ def magnitude(n):
     return f"{value:.{max(2 - math.floor(math.log10(abs(value))), 0)}f}{unit}"
 
 
-def words(prefix):
-    """Every entry under "prefix." in the language set, keyed by the rest of its name: a view's labels."""
-    return {key[len(prefix) + 1:]: local(text) for key, text in TEXT.items() if key.startswith(prefix + ".")}
+def words(prefix, language=None):
+    """Every entry under "prefix." in the language set (or in `language`: a static page's, kvlib/site.py), keyed by
+    the rest of its name: a view's labels."""
+    return {key[len(prefix) + 1:]: local(text, language) for key, text in TEXT.items() if key.startswith(prefix + ".")}
 
 
 TEXT = {

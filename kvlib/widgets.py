@@ -134,6 +134,10 @@ class Tokens(App):
         self.message, self.strips, self.counts = W.HTML(), [TokenStrip() for _ in self.tokenizers], {}
         self.text.observe(lambda _: self.update(), names="value")
         super().__init__([self.text, self.message, *self.strips])
+        self.add_class("kv-app-tokens")  # tags a static page reads (kvlib/site.py): which app, which strip it can redo
+        for strip, tok in zip(self.strips, self.tokenizers):
+            strip.add_class("kv-strip-gpt2" if tok is tokenization.gpt2() else
+                            "kv-strip-own" if tok is self.tokenizers[0] else "kv-strip-openai")
         self.update()
 
     def update(self):
@@ -260,6 +264,7 @@ class AttentionExplorer(App):
         self.message, self.grid = W.HTML(), None
         self.text.observe(lambda _: self.run(), names="value")
         super().__init__([self.text, self.message])
+        self.add_class("kv-app-attention")  # so a static page knows which app this box is (kvlib/site.py)
         self.run()
 
     def run(self):  # a new view per text, starting at the layer and head given
@@ -312,6 +317,7 @@ class GridFilling(App):
         self.grid = AttentionGrid.of(model, fed, self.prompt_len, notes, trace=self.traces[-1],
                                      title=t("grid.title", model=model.name))
         super().__init__([self.grid])
+        self.add_class("kv-app-gridfilling")  # so a static page knows which app this box is (kvlib/site.py)
 
     def old_rows_change(self):
         """Largest change of any old row, in any layer and head, from one step to the next (0: none changed)."""
@@ -377,6 +383,7 @@ class PromptCacheStream(App):
         self.next.on_click(lambda _: self.send())
         self.forward.on_click(lambda _: self.fast_forward())
         super().__init__([W.HBox([self.next, self.forward]), self.status, self.view])
+        self.add_class("kv-app-promptcachestream")  # so a static page knows which app this box is (kvlib/site.py)
 
     def cost(self, receipt):
         """In units of one uncached input token, at the provider's ratios (a miniature: no minimum, our blocks)."""
