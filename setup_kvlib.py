@@ -6,6 +6,7 @@
     python setup_kvlib.py check    # the same if needed, then the fast tests (no notebook runs)
     python setup_kvlib.py engine   # llama.cpp's server for notebook 8: built once (minutes), and SmolLM2's GGUF
     python setup_kvlib.py site     # the course as a static site in site/: the notebooks run, then written as pages
+                                   # that run the model too (needs Node.js's npm, for web/'s packages)
 
 On Windows use `py setup_kvlib.py`. Only the standard library is used, so any Python 3.10+
 runs it. The Makefile calls this script too, so both paths install the same things.
@@ -185,10 +186,27 @@ def check():
     return run(venv_bin("python"), "-m", "pytest", "-q", "-m", "not slow", "--durations=5", "tests", check=False)
 
 
+def web():
+    """The npm packages the live pages bundle (web/package.json: ONNX Runtime Web, a tokenizer.json reader), installed
+    from the lock file when web/node_modules is missing or older than it. Their install scripts are not run: the
+    pages take the packages' built files only."""
+    lock, installed = ROOT / "web" / "package-lock.json", ROOT / "web" / "node_modules" / ".package-lock.json"
+    if installed.exists() and installed.stat().st_mtime >= lock.stat().st_mtime:
+        return 0
+    npm = shutil.which("npm")
+    if npm is None:
+        print("kvlib: the site's live pages need Node.js 20 or newer with npm (https://nodejs.org, or apt-get install "
+              "nodejs npm); without it: python -m kvlib.site --static", flush=True)
+        return 1
+    return run(npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix", ROOT / "web", check=False)
+
+
 def site():
-    """Every notebook run (SmolLM2 fetched first, so its cells run too), then written as pages in site/."""
+    """Every notebook run (SmolLM2 fetched first, so its cells run too), then written as pages in site/, which run
+    the model too (the npm packages installed first)."""
     models()
-    return run(venv_bin("python"), "-m", "kvlib.site", "--out", ROOT / "site", env={**os.environ, **LAB_ENV}, check=False)
+    return web() or run(venv_bin("python"), "-m", "kvlib.site", "--out", ROOT / "site", env={**os.environ, **LAB_ENV},
+                        check=False)
 
 
 def main():

@@ -3,6 +3,7 @@ with no kernel.
 
     python -m kvlib.site                      # execute notebooks/*.ipynb and zh/*.ipynb, write site/ (make site)
     python -m kvlib.site --executed DIR       # write the pages of the copies already executed in DIR (no kernel)
+    python -m kvlib.site --static             # pages without the model running in them (no npm packages needed)
 
 Each edition is a language: the English notebooks' pages at the site's root, a translation's
 (notebooks/zh/*.ipynb) under site/zh/ with an index of its own; each page links to its counterpart in the
@@ -16,9 +17,18 @@ JupyterLab. ipywidgets' boxes, HTML and controls are written here as plain HTML 
 control (a text box, a button) needs the kernel, so the page says so and names the command that opens the
 live notebook. Nothing is fetched: each page holds its prose, code, outputs, pictures, views' data and
 modules, and opens from file:// as from any static host.
+
+The live pages (`export(..., live=True)`, as `make site` does): where a page shows an app the page can run itself
+(notebook 2's tokens, 4's attention, 5's grid and cache, 6's prompt cache), a panel above it takes the learner's
+text and runs the model in the page (live.js): kvlib's own forward pass exported to ONNX (kvlib/webmodel.py), run
+by ONNX Runtime Web, its data built as the Python views build theirs and handed to the same views. `write_live`
+puts one copy of the runtime and of each model in site/live/, each a classic script (a page opened from file://
+may load a sibling <script src>, not fetch it) holding gzip'd base64 bytes; the packages come from web/ (npm ci).
 """
 
 import argparse
+import base64
+import gzip
 import hashlib
 import html
 import json
@@ -34,8 +44,23 @@ VIEW = "application/vnd.jupyter.widget-view+json"
 ANYWIDGET = "AnyModel"
 BOXES = {"VBoxModel": "kv-site-vbox", "BoxModel": "kv-site-vbox", "HBoxModel": "kv-site-hbox"}
 READ_ONLY = {"HTMLModel", "HTMLMathModel", "LabelModel", "OutputModel"}  # what shows, takes no input
-# The pages' own words per edition (the notebooks' words are their own). site imports no kvlib module, so they
-# are here, not in kvlib/i18n.py. live: what opens the live notebook.
+WEB = HERE.parent / "web"  # package.json and its lock: the npm packages the live pages bundle (npm ci installs them)
+NODE = WEB / "node_modules"
+ORT = NODE / "onnxruntime-web" / "dist"  # the WASM build: its loader (the .mjs, the glue bundled in) and its binary
+RUNTIME = {"ort": ORT / "ort.wasm.bundle.min.mjs", "wasm": ORT / "ort-wasm-simd-threaded.wasm"}
+TOKENIZERS = NODE / "@huggingface" / "tokenizers" / "dist" / "tokenizers.min.mjs"
+# an app a page can run itself (widgets.py tags each) -> its panel's kind, which live.js knows
+LIVE_APPS = {"kv-app-tokens": "tokens", "kv-app-attention": "attention", "kv-app-gridfilling": "cache",
+             "kv-app-promptcachestream": "blocks"}
+# what live.js writes into a view's data that kvlib's Python writes too: the same i18n entries, in the page's language
+INLINE_BYTES = 32_000_000  # a page model's graph up to this size is inlined (tiny's); a bigger one is fetched over http
+BLOCK_SIZE, BLOCK_TTL = 16, 300  # the page's prompt cache, as notebook 6's: kvlib.PromptCache(block_size=16, ttl 300 s)
+BLOCKS_EXAMPLE = [("You are Puck, a helpful sprite. Answer in verse, briefly, as Shakespeare would. Stay in character; "
+                   "never break the rhyme. ") * 3 + "\nUser: " + q for q in ("What is love?", "Where is Oberon?")]
+LIVE_TEXTS = ("tokenizer.loaded", "strip.title", "att.title", "grid.title", "grid.first", "grid.again", "blocks.title",
+              "blocks.size", "mode.automatic")
+# The pages' own words per edition (the notebooks' words are their own), kvlib's views' words coming from
+# kvlib/i18n.py. live: what opens the live notebook; model: the live panels'.
 WORDS = {
     "en": {"name": "English", "time": "**Time:**", "contents": "Contents", "code": "Hide / show code",
            "live": "<code>make lab</code> in a clone of kvlib, then open <code>{name}</code>",
@@ -51,7 +76,45 @@ WORDS = {
            "about": "A course in eight notebooks on how a language model reads a prompt and writes an answer, and on "
                     "what the KV cache and prompt caching keep and save, on real models whose every multiply is "
                     "readable Python. These pages are the notebooks as one run computed them: the views move here "
-                    "with no Python (hover, Play, layers and heads, the 3D map); to type your own text, {live}."},
+                    "with no Python (hover, Play, layers and heads, the 3D map); to type your own text, {live}.",
+           "runs_here": " Where a panel marked ▶ sits above a picture, the model runs in this page on your own text.",
+           "model": {
+               "title": "▶ Your turn: the model runs in this page", "loading": "Loading {what} ({mb} MB)…",
+               "runtime": "ONNX Runtime Web", "the_model": "the {model} model",
+               "tokenizer": "{name}'s tokenizer",
+               "ready": "{model} runs in this page: {mb} MB loaded in {s} s. Nothing leaves your browser.",
+               "running": "{model} is running in your browser…", "done": "Done: computed in your browser by {model}.",
+               "empty": "The text is empty: type something, then press {run}.",
+               "too_long": "{n} tokens{plus}: more than {model}'s context of {ctx} tokens. Shorten the text.",
+               "plus": " and {new} to generate",
+               "failed": "{file} did not load ({why}). make site writes it into site/live/, beside the pages: build "
+                         "the site again, or open this page inside the folder it was built in.",
+               "missing": "the file is missing or could not be read", "empty_file": "it holds nothing this page can use",
+               "fetch_failed": "the server answered {status}", "broke": "The model in the page failed: {error}",
+               "smollm2": "Load SmolLM2 ({mb} MB)",
+               "smollm2_file": "SmolLM2 loads only when the site is served over http (a page opened from the disk may "
+                               "not fetch its {mb} MB file): python -m http.server -d site, then open "
+                               "http://localhost:8000/.",
+               "model_now": "model: {model}", "recorded": "Recorded output of the notebook's run. The panel above runs "
+                                                         "the model in this page on your own text.",
+               "text": "Your text", "tokenize": "Tokenize",
+               "openai": "{name}: this tokenizer runs in the live notebook only, not in the page",
+               "longer": "{n} tokens: longer than {model}'s context of {ctx}, so the model could not read all of it.",
+               "sentence": "Your sentence", "attend": "Show its attention",
+               "prompt": "Your prompt", "new": "new tokens",
+               "decoding": "{model} decodes in your browser: step {s} of {last}, {q}",
+               "timing": "Timed in your browser (best of {k}, after a warm-up): one decode step with the cache, "
+                         "{cached} ms; the same step recomputed without it (all {n} tokens again), {full} ms: "
+                         "{ratio}× as long. Their logits differ by at most {diff}.",
+               "request": "Request {k}", "send": "Send both",
+               "sent": "Request 2 read {reused} of its {n} tokens from the page's cache ({blocks} blocks of {size}; "
+                       "the two share their first {shared} tokens). Time to first token in your browser (best of "
+                       "{k}): {cold} ms cold (nothing reused), {warm} ms warm. The greedy answer, {new} tokens, "
+                       "{same}",
+               "same": "is identical with and without reuse ✓: {answer}",
+               "differs": "differs with and without reuse ✗ (from token {i}): {answer} / {cold_answer}",
+               "label": "request {k}", "tenant": "you",
+           }},
     "zh": {"name": "中文", "time": "**时间：**", "contents": "目录", "code": "隐藏 / 显示代码",
            "live": "在 kvlib 的克隆里运行 <code>make lab</code>，再打开 <code>{name}</code>",
            "recorded": "这是录下来的输出。可运行的 notebook 在这里接受输入（打字、按按钮、检查答案）：{live}。",
@@ -65,7 +128,43 @@ WORDS = {
            "about": "这门课讲语言模型怎样读提示词、写回答，以及 KV 缓存和提示词缓存存了什么、省了什么；用的是真模型，"
                     "每一次乘法都是看得懂的 Python。中文版目前有 {count} 课。这些页面是 notebook "
                     "运行一次算出的结果：图在这里不用 Python 也能动（悬停、Play、层和注意力头、3D 图）；"
-                    "要输入你自己的文本，{live}。"},
+                    "要输入你自己的文本，{live}。",
+           "runs_here": "图上方有 ▶ 面板的地方，模型就在这个页面里运行，读你自己输入的文本。",
+           "model": {
+               "title": "▶ 轮到你了：模型就在这个页面里运行", "loading": "正在加载{what}（{mb} MB）……",
+               "runtime": " ONNX Runtime Web ", "the_model": "模型 {model}",
+               "tokenizer": " {name} 的分词器",
+               "ready": "{model} 在这个页面里运行：加载了 {mb} MB，用时 {s} 秒。数据不会离开你的浏览器。",
+               "running": "{model} 正在你的浏览器里运行……", "done": "完成：由 {model} 在你的浏览器里算出。",
+               "empty": "文本是空的：先输入一些文字，再按“{run}”。",
+               "too_long": "{n} 个 token{plus}：超过了 {model} 的上下文长度（{ctx} 个 token）。请缩短文本。",
+               "plus": "，再加上要生成的 {new} 个",
+               "failed": "{file} 没有加载成功（{why}）。make site 会把它写进 site/live/，和页面放在一起："
+                         "请重新生成网站，或者在生成网站的那个文件夹里打开这个页面。",
+               "missing": "文件不存在或读不出来", "empty_file": "里面没有这个页面能用的内容",
+               "fetch_failed": "服务器返回 {status}", "broke": "页面里的模型出错了：{error}",
+               "smollm2": "加载 SmolLM2（{mb} MB）",
+               "smollm2_file": "只有通过 http 访问网站时才能加载 SmolLM2（从磁盘直接打开的页面不能下载它那个 {mb} MB "
+                               "的文件）：运行 python -m http.server -d site，再打开 http://localhost:8000/。",
+               "model_now": "模型：{model}", "recorded": "这是 notebook 运行时录下来的输出。上方的面板在这个页面里运行模型，"
+                                                       "读你自己输入的文本。",
+               "text": "你的文本", "tokenize": "分词",
+               "openai": "{name}：这个分词器只在可运行的 notebook 里运行，页面里没有",
+               "longer": "{n} 个 token：超过了 {model} 的上下文长度（{ctx}），模型读不完。",
+               "sentence": "你的句子", "attend": "看它的注意力",
+               "prompt": "你的提示词", "new": "新 token 数",
+               "decoding": "{model} 正在你的浏览器里解码：第 {s} 步（共 {last} 步），{q}",
+               "timing": "在你的浏览器里计时（热身一次后，取 {k} 次里最快的）：用缓存解码一步，{cached} ms；"
+                         "不用缓存把同一步重算一遍（{n} 个 token 全部重读），{full} ms，是前者的 {ratio} 倍。"
+                         "两者的 logits 最多相差 {diff}。",
+               "request": "请求 {k}", "send": "两个都发送",
+               "sent": "请求 2 的 {n} 个 token 里有 {reused} 个从页面的缓存读出（{blocks} 个块，每块 {size} 个；"
+                       "两个请求的前 {shared} 个 token 相同）。在你的浏览器里测的首 token 时间（取 {k} 次里最快的）："
+                       "冷 {cold} ms（什么都不复用），热 {warm} ms。贪心生成的 {new} 个 token 的回答{same}",
+               "same": "，复用和不复用完全一样 ✓：{answer}",
+               "differs": "，复用和不复用不一样 ✗（从第 {i} 个 token 起）：{answer} / {cold_answer}",
+               "label": "请求 {k}", "tenant": "你",
+           }},
 }
 
 
@@ -116,11 +215,32 @@ def code_style():
 
 
 class Page:
-    """One notebook's page being written: its widget models and the views it mounts."""
+    """One notebook's page being written: its widget models, the views it mounts and (runs: a live page) the live
+    panels it places, one per kind of app the page can run itself."""
 
-    def __init__(self, nb, name, words):
+    def __init__(self, nb, name, words, runs=False):
         self.name, self.models, self.mounted = name, nb.metadata.get("widgets", {}).get(STATE, {}).get("state", {}), {}
         self.words, self.live = words, words["live"].format(name=html.escape(name))
+        self.panels = {} if runs else None  # kind -> the app's model id, in a live page
+
+    def tags(self, s):  # the kv- classes widgets.py gave a box ("kv-app-gridfilling"), which the page keeps
+        return [c for c in s.get("_dom_classes", []) if c.startswith("kv-")]
+
+    def panel(self, ref):
+        """A live panel for this app, if the page runs such apps and this is the first of its kind: a placeholder
+        live.js fills, holding the run's text (or prompt and new tokens) to start from. "" otherwise."""
+        s = self.state(ref)
+        kind = next((LIVE_APPS[c] for c in self.tags(s or {}) if c in LIVE_APPS), None)
+        if self.panels is None or kind is None or kind in self.panels:
+            return ""
+        self.panels[kind] = ref.removeprefix("IPY_MODEL_")
+        first = self.state(s["children"][0])
+        start = {"tokens": lambda: {"text": first["value"]}, "attention": lambda: {"text": first["value"]},
+                 "cache": lambda: {"text": "".join(first["tokens"][:first["prompt_len"]]),
+                                   "new": len(first["tokens"]) - first["prompt_len"] + 1},  # the last made is never fed
+                 "blocks": lambda: {}}[kind]()
+        attrs = "".join(f' data-kv-{k}="{html.escape(str(v))}"' for k, v in start.items())
+        return f'<div class="kv-live" data-kv-live="{kind}"{attrs}></div>'
 
     def state(self, ref):  # "IPY_MODEL_<id>" or an id -> the model's stored state, or None
         model = self.models.get(ref.removeprefix("IPY_MODEL_"))
@@ -145,7 +265,8 @@ class Page:
             self.mounted[ref.removeprefix("IPY_MODEL_")] = s
             return f'<div class="kv-site-view" data-kv-model="{ref.removeprefix("IPY_MODEL_")}"></div>'
         if kind in BOXES:
-            return f'<div class="{BOXES[kind]}">' + "".join(self.widget(c) for c in s["children"]) + "</div>"
+            return (f'<div class="{" ".join([BOXES[kind], *self.tags(s)])}">' + "".join(self.widget(c) for c in s["children"])
+                    + "</div>")
         if kind in ("HTMLModel", "HTMLMathModel"):
             return f'<div class="kv-site-html">{s["value"]}</div>'
         if kind == "OutputModel":
@@ -176,9 +297,10 @@ class Page:
         data = out.get("data", {})
         if VIEW in data and self.state(data[VIEW]["model_id"]) is not None:
             ref = data[VIEW]["model_id"]
-            note = (f'<div class="kv-site-live">{self.words["recorded"].format(live=self.live)}</div>'
-                    if live and self.needs_kernel(ref) else "")
-            return f'<div class="kv-site-widget">{self.widget(ref)}{note}</div>'
+            panel = self.panel(ref)
+            said = self.words["model"]["recorded"] if panel else self.words["recorded"].format(live=self.live)
+            note = f'<div class="kv-site-live">{said}</div>' if live and (panel or self.needs_kernel(ref)) else ""
+            return f'<div class="kv-site-widget">{panel}{self.widget(ref)}{note}</div>'
         if "image/png" in data:
             png = text(data["image/png"]).strip()
             return f'<img class="kv-site-img" alt="a figure" src="data:image/png;base64,{png}">'
@@ -203,16 +325,116 @@ class Page:
             outputs += f'<div class="kv-site-live">{self.words["exercise"].format(live=self.live)}</div>'
         return f'<div class="kv-site-cell"><div class="kv-site-input">{code(cell.source)}</div>{outputs}</div>'
 
-    def views(self):
+    def views(self, more=()):
         """The mounted views' data for site.js: each view's state without its module and style, which are
-        kept once per page however many views share them."""
+        kept once per page however many views share them. more: (module, style) pairs the page's panels may
+        draw that no recorded view brought."""
         modules, styles, views = {}, {}, {}
         for mid, s in self.mounted.items():
             m, c = _key(s["_esm"]), _key(s.get("_css", ""))
             modules[m], styles[c] = s["_esm"], s.get("_css", "")
             views[mid] = {"module": m, "css": c,
                           "state": {k: v for k, v in s.items() if k not in ("_esm", "_css")}}
+        for esm, css in more:
+            modules[_key(esm)], styles[_key(css)] = esm, css
         return {"modules": modules, "styles": styles, "views": views, "asked": self.words["asked"]}
+
+
+def live_views(lang):
+    """The views a live panel draws, by live.js's names: {name: (its class, its words in `lang`)}. The same classes
+    and i18n words the notebooks' views have, so a panel's view is the notebook's."""
+    from . import i18n
+    from .views import AttentionGrid, CacheGrowth, PromptBlocks, Tokens
+
+    out = {}
+    for name, cls in (("tokens", Tokens), ("att", AttentionGrid), ("cache", CacheGrowth), ("blocks", PromptBlocks)):
+        prefixes = (cls.WORDS,) if isinstance(cls.WORDS, str) else cls.WORDS
+        out[name] = cls, {k: v for prefix in prefixes for k, v in i18n.words(prefix, lang).items()}
+    return out
+
+
+def live_data(manifest, lang, up):
+    """What live.js needs on a page of edition `lang` whose site/live/ is at `up`live/: what that folder holds
+    (manifest: write_live's), the panels' words, kvlib's words for the views' data, each view's module key and
+    words, and the page's prompt cache's prices (PromptCacheStream's for automatic caching)."""
+    from . import i18n, pricing, widgets
+
+    prices = pricing.PRICING[widgets.PromptCacheStream.DEFAULT_PRICES["automatic"]]
+    texts = {key: i18n.local(i18n.TEXT[key], lang) for key in LIVE_TEXTS}
+    provider = i18n.local(i18n.TEXT.get(f"provider.{prices.name}", prices.name), lang)
+    note = i18n.local(i18n.TEXT["stream.note"], lang).format(provider=provider, read=prices.read, write=prices.write,
+                                                               least=prices.min_tokens)
+    views = {name: {"module": _key(cls._esm), "words": words} for name, (cls, words) in live_views(lang).items()}
+    return {"dir": f"{up}live/", **manifest, "words": WORDS[lang]["model"], "texts": texts, "views": views,
+            "blocks": {"note": note, "read": prices.read, "size": BLOCK_SIZE, "ttl": BLOCK_TTL,
+                       "example": BLOCKS_EXAMPLE}}
+
+
+def packed(data):  # bytes -> base64 of their gzip: a page unpacks them with the browser's own DecompressionStream
+    return base64.b64encode(gzip.compress(data, 9, mtime=0)).decode("ascii")
+
+
+def live_script(file, data):
+    """A classic script that hands live.js `data` under its file's name: a page opened from file:// may load a
+    sibling file as <script src>, where fetch and module imports are refused."""
+    return f"(window.kvLiveFiles ??= {{}})[{json.dumps(file)}] = {json.dumps(data, ensure_ascii=False)};\n"
+
+
+def page_model(name):
+    """A page model's files for site/live/: {file: text or a path to copy} and its entry in the manifest. tiny's
+    graph is inlined (a page from file:// runs it); a bigger one (SmolLM2) stays a plain .onnx, fetched over http."""
+    import tempfile
+
+    from . import memory, webmodel
+    from .models import load_model
+
+    model = load_model(name, device="cpu")
+    c = model.config
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx, nbytes = webmodel.export(model, Path(tmp) / f"{name}.onnx")
+        inline = nbytes <= INLINE_BYTES
+        files = ({f"{name}.onnx.js": live_script(f"{name}.onnx.js", {"onnx": packed(onnx.read_bytes())})} if inline
+                 else {f"{name}.onnx": onnx.read_bytes()})
+    # GridFilling's notes: what a step without a cache recomputes, n tokens read where 1 was new (memory's formula)
+    wasted = [memory.forward_macs(c, 0, n) - memory.forward_macs(c, n - 1, 1) for n in range(1, c.n_ctx + 1)]
+    files[f"{name}.js"] = live_script(f"{name}.js", {
+        "shape": webmodel.describe(model), "graph": next(iter(files)), "inline": inline,
+        "tokenizer": packed(model.tokenizer.backend_tokenizer.to_str().encode()), "wasted_macs": wasted})
+    return files
+
+
+def write_live(out, models=None):
+    """out/live/: ONNX Runtime Web (runtime.js), the tokenizer library (tokenizers.js), GPT-2's tokenizer
+    (gpt2-tokenizer.js) and each page model (tiny; SmolLM2 when it is on this machine), once for every page.
+    Needs web/node_modules (npm ci). -> the manifest each live page carries: {"files": {file: bytes},
+    "models": {name: {"script", "graph", "inline", "bytes": what a learner downloads to run it}}}."""
+    from .errors import KVLibError
+    from .models import gpt2_tokenizer, local_dir
+
+    missing = [p for p in [*RUNTIME.values(), TOKENIZERS] if not p.exists()]
+    if missing:
+        raise KVLibError(f"{missing[0]} is missing: the live pages bundle the npm packages web/package.json names. "
+                         "Run `npm ci --ignore-scripts --prefix web` (Node.js 20 or newer), as make site does.")
+    live = Path(out) / "live"
+    live.mkdir(parents=True, exist_ok=True)
+
+    def write(files):  # {file: text or bytes} -> {file: bytes written}
+        for file, data in files.items():
+            (live / file).write_bytes(data if isinstance(data, bytes) else data.encode())
+        return {file: (live / file).stat().st_size for file in files}
+
+    manifest = {"files": write({
+        "runtime.js": live_script("runtime.js", {k: packed(p.read_bytes()) for k, p in RUNTIME.items()}),
+        "tokenizers.js": live_script("tokenizers.js", {"module": packed(TOKENIZERS.read_bytes())}),
+        "gpt2-tokenizer.js": live_script("gpt2-tokenizer.js", {
+            "tokenizer": packed(gpt2_tokenizer().backend_tokenizer.to_str().encode())})}), "models": {}}
+    for name in models or ["tiny"] + (["smollm2"] if local_dir("smollm2") else []):
+        size = write(page_model(name))
+        manifest["files"] |= size
+        graph = next(file for file in size if file != f"{name}.js")
+        manifest["models"][name] = {"script": f"{name}.js", "graph": graph, "inline": graph.endswith(".js"),
+                                    "bytes": sum(size.values())}
+    return manifest
 
 
 def _key(source):
@@ -239,16 +461,23 @@ def shell(title, body, lang="en"):
             f'<style>{(HERE / "site.css").read_text(encoding="utf-8")}\n{code_style()}</style></head>\n<body>{body}</body></html>\n')
 
 
-def page(nb, name, nav, lang="en"):
+def page(nb, name, nav, lang="en", live=None):
     """One executed notebook -> its page's HTML. nav: the links above and below (index, previous, next, the
-    other editions'); name: where the notebook sits in the course (zh/01_x.ipynb)."""
+    other editions'); name: where the notebook sits in the course (zh/01_x.ipynb); live: write_live's manifest,
+    for a page whose apps the page runs itself (a panel above each, live.js), or None."""
     words = WORDS[lang]
-    p = Page(nb, name, words)
+    p = Page(nb, name, words, runs=live is not None)
     cells = "\n".join(p.cell(c) for c in nb.cells)
     title = title_of(nb, words)[0] or name
     intro = words["intro"].format(name=html.escape(name), moves=words["moves"] if p.mounted else "", live=p.live)
-    data = f'<script type="application/json" id="kv-site-views">{_script_json(p.views())}</script>'
-    script = f'<script>{(HERE / "site.js").read_text(encoding="utf-8")}</script>'
+    more, runner = [], ""
+    if p.panels:
+        intro += words["runs_here"]
+        more = [(cls._esm, cls._css) for cls, _ in live_views(lang).values()]
+        runner = (f'<script type="application/json" id="kv-live">{_script_json(live_data(live, lang, up(lang)))}'
+                  f'</script><script>{(HERE / "live.js").read_text(encoding="utf-8")}</script>')
+    data = f'<script type="application/json" id="kv-site-views">{_script_json(p.views(more))}</script>'
+    script = f'<script>{(HERE / "site.js").read_text(encoding="utf-8")}</script>{runner}'
     return shell(title, f'<nav class="kv-site-nav">{nav}<button type="button" class="kv-site-toggle" '
                         f'onclick="document.body.classList.toggle(\'kv-site-nocode\')">{words["code"]}</button></nav>'
                         f'<main><p class="kv-site-live">{intro}</p>{cells}</main><nav class="kv-site-nav">{nav}</nav>'
@@ -267,8 +496,12 @@ def index(entries, lang="en", switch=""):
     return shell(words["title"], body, lang)
 
 
+def up(here):  # from a page of edition `here` to the site's root
+    return "../" if here != "en" else ""
+
+
 def href(here, there, file):  # a link from a page of edition `here` to `file` of edition `there`
-    return ("../" if here != "en" else "") + ("" if there == "en" else f"{there}/") + file
+    return up(here) + ("" if there == "en" else f"{there}/") + file
 
 
 def switch(here, files, file):
@@ -277,12 +510,15 @@ def switch(here, files, file):
                       f'{WORDS[there]["name"]}</a>' for there, have in files.items() if there != here and file in have)
 
 
-def export(executed, out):
+def export(executed, out, live=False):
     """Executed notebooks, in reading order, of one edition or more (a translation's in a folder named by its
     language: zh/01_x.ipynb) -> per edition an index and one page each: English in out, a translation in
-    out/LANG. Returns {file (relative to out): bytes}."""
+    out/LANG; live: the pages run the model too (write_live's files in out/live/, a panel above each app a page
+    can run): True for every page model on this machine, or a list of their names (["tiny"]). Returns
+    {file (relative to out): bytes}."""
     import nbformat
 
+    manifest = write_live(out, None if live is True else live) if live else None
     books = {}  # edition -> [(page file, executed notebook, where it sits in the course)]
     for p in map(Path, executed):
         books.setdefault(edition(p), []).append((p.with_suffix(".html").name, nbformat.read(p, as_version=4),
@@ -298,17 +534,17 @@ def export(executed, out):
             links += ([f'<a href="{book[i + 1][0]}">{html.escape(title_of(book[i + 1][1], words)[0])} ▶</a>']
                       if i + 1 < len(book) else [])
             links += [switch(lang, files, file)] if switch(lang, files, file) else []
-            (folder / file).write_text(page(nb, name, " · ".join(links), lang), encoding="utf-8")
+            (folder / file).write_text(page(nb, name, " · ".join(links), lang, manifest), encoding="utf-8")
             entries.append((file, *title_of(nb, words)))
         (folder / "index.html").write_text(index(entries, lang, switch(lang, files, "index.html")), encoding="utf-8")
         weights |= {(folder / f).relative_to(out).as_posix(): (folder / f).stat().st_size
                     for f in [f for f, _, _ in book] + ["index.html"]}
-    return weights
+    return weights | {f"live/{f}": n for f, n in (manifest["files"] if live else {}).items()}
 
 
-def build(notebooks, out, executed=None):
-    """Execute the notebooks (unless executed names a folder of executed copies), then export them to out.
-    -> {file: bytes}, printing each step's time."""
+def build(notebooks, out, executed=None, live=True):
+    """Execute the notebooks (unless executed names a folder of executed copies), then export them to out (live:
+    pages that run the model too). -> {file: bytes}, printing each step's time."""
     t0 = time.perf_counter()
     if executed is None:
         executed = out / "_executed"
@@ -317,8 +553,8 @@ def build(notebooks, out, executed=None):
             execute(path, executed / within(path).parent)
             print(f"kvlib site: ran {within(path)} in {time.perf_counter() - t:.0f} s", flush=True)
     t = time.perf_counter()
-    weights = export([Path(executed) / within(p) for p in notebooks], out)
-    print(f"kvlib site: wrote {len(weights)} pages in {time.perf_counter() - t:.1f} s; "
+    weights = export([Path(executed) / within(p) for p in notebooks], out, live)
+    print(f"kvlib site: wrote {sum(f.endswith('.html') for f in weights)} pages in {time.perf_counter() - t:.1f} s; "
           f"{time.perf_counter() - t0:.0f} s in all", flush=True)
     for f, n in weights.items():
         print(f"  {n / 1e3:8,.0f} kB  {f}")
@@ -331,11 +567,13 @@ def main(argv=None):
                    help="by default notebooks/*.ipynb and each translation's (notebooks/zh/*.ipynb), in reading order")
     p.add_argument("--out", type=Path, default=Path("site"))
     p.add_argument("--executed", type=Path, help="a folder of these notebooks already executed: export only")
+    p.add_argument("--static", action="store_true",
+                   help="pages without the model running in them (no site/live/, no npm packages needed)")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # the kernel's threads wait without spinning
     course = sorted(Path("notebooks").glob("*.ipynb")) + sorted(p for p in Path("notebooks").glob("*/*.ipynb")
                                                                if edition(p) != "en")
-    build(sorted(args.notebooks) or course, args.out, args.executed)
+    build(sorted(args.notebooks) or course, args.out, args.executed, live=not args.static)
 
 
 if __name__ == "__main__":
