@@ -160,7 +160,7 @@
   const json = async (b64) => JSON.parse(new TextDecoder().decode(await unpack(b64)));
 
   let said = () => {};  // the status line of the panel that asked for what is loading now
-  const loaded = { bytes: 0, since: null, seconds: null };  // what this page loaded, and how long it took, for the ready line
+  const loaded = { bytes: 0, since: null, ready: null };  // what this page loaded, from the first file to a model that runs
   async function timedLoad(what, bytes, load) {
     said("loading", fill(W.loading, { what, mb: mb(bytes) }));
     loaded.since ??= performance.now();
@@ -186,12 +186,13 @@
   });
 
   // a page model: its shape (webmodel.describe), its tokenizer, what a step without a cache recomputes
-  // (wasted_macs[n - 1], memory.forward_macs), and, when asked, its ONNX session
+  // (wasted_macs[n - 1], memory.forward_macs), the most tokens its attention grid draws, and, when asked, its session
   const model = (name) => memo(`model:${name}`, async () => {
     const { Tokenizer } = await tokenizers();
     const entry = cfg.models[name];
     const data = await timedLoad(fill(W.tokenizer, { name }), cfg.files[entry.script], () => script(entry.script));
-    return { name, entry, shape: data.shape, wasted: data.wasted_macs, tokenizer: new Tokenizer(await json(data.tokenizer), {}) };
+    return { name, entry, shape: data.shape, wasted: data.wasted_macs, gridTokens: data.grid_tokens,
+             tokenizer: new Tokenizer(await json(data.tokenizer), {}) };
   });
   const session = (m) => memo(`session:${m.name}`, async () => {
     const rt = await ort();
@@ -202,7 +203,7 @@
       return new Uint8Array(await answer.arrayBuffer());
     });
     const run = await rt.InferenceSession.create(bytes);
-    loaded.seconds = (performance.now() - loaded.since) / 1e3;  // from the first file asked for to a model that runs
+    loaded.ready = { bytes: loaded.bytes, seconds: (performance.now() - loaded.since) / 1e3 };
     return { ort: rt, run };
   });
 
@@ -232,16 +233,6 @@
       return out;
     };
     return { length: P + T, k: cache.k.map((old, l) => grow(old, k, l)), v: cache.v.map((old, l) => grow(old, v, l)) };
-  }
-  // the first `n` tokens of a cache (its rows 0..n), as a cache of its own
-  function prefix(m, cache, n) {
-    const { n_kv_head: nkv, head_dim: hs } = m.shape, P = cache.length;
-    const cut = (a) => {
-      const out = new Float32Array(nkv * n * hs);
-      for (let g = 0; g < nkv; g++) out.set(a.subarray(g * P * hs, (g * P + n) * hs), g * n * hs);
-      return out;
-    };
-    return { length: n, k: cache.k.map(cut), v: cache.v.map(cut) };
   }
   const joined = (arrays) => {
     const out = new Float32Array(arrays.reduce((n, a) => n + a.length, 0));
@@ -307,50 +298,59 @@
   window.kvLive = { last: {}, model: "tiny" };  // model: the one the panels run now
   const app = (panel) => panel.nextElementSibling;  // the app's box, just below its panel
   const mounts = (root) => [...root.querySelectorAll("[data-kv-model], .kv-live-mount")];
+  const stateOf = (mount) => window.kvSite.state(mount) || {};
+
   // draw `data` in the view under `root` (or, failing that, `wider`) whose state has the field `has`: the recorded
   // view, redrawn with the learner's data; where the run recorded none (an app that met an error), a new one
   // below the app, the view `name` with its words in the page's language
   function show(root, has, name, data, wider = root) {
-    const found = [root, wider].map((r) => mounts(r).find((mt) => has in (window.kvSite.state(mt) || {}))).find(Boolean);
+    const found = [root, wider].map((r) => mounts(r).find((mt) => has in stateOf(mt))).find(Boolean);
     if (found) return window.kvSite.remount(found, data);
     const mount = h("div", { class: "kv-live-mount" });
     root.append(mount);
     return window.kvSite.mount(mount, cfg.views[name].module, { words: cfg.views[name].words, ...data });
   }
-  const checkLength = (m, n, extra = 0) => {
-    if (n + extra > m.shape.n_ctx) {
-      throw new Said(fill(W.too_long, { n, plus: extra ? fill(W.plus, { new: extra }) : "", model: m.name, ctx: m.shape.n_ctx }));
-    }
-  };
-  const needText = (text, run) => { if (!text) throw new Said(fill(W.empty, { run })); };
 
-  function panel(el, kind, label, inputs, go) {
+  // what the learner asked for, checked before the model runs: a text, and one that fits the model's context
+  // (extra: the tokens to generate after it) and, where a grid draws it, the grid (grid_tokens: the most an
+  // attention grid of this model takes in kvlib, within a view's 1 MB)
+  function checked(m, text, run, extra = 0, drawn = false) {
+    if (!text) throw new Said(fill(W.empty, { run }));
+    const ids = encode(m, text), plus = extra ? fill(W.plus, { new: extra }) : "";
+    if (ids.length + extra > m.shape.n_ctx) throw new Said(fill(W.too_long, { n: ids.length, plus, model: m.name, ctx: m.shape.n_ctx }));
+    if (drawn && ids.length + Math.max(0, extra - 1) > m.gridTokens) {  // the last token made is never fed, nor drawn
+      throw new Said(fill(W.too_big, { n: ids.length, plus, most: m.gridTokens }));
+    }
+    return ids;
+  }
+
+  // a panel: the learner's inputs, a run button (and SmolLM2's), what loading took, a status line and a result;
+  // go(m, say, result) runs the model m. A failure is said in the status line and leaves the views as they were.
+  function panel(el, label, inputs, go) {
     const status = h("div", { class: "kv-live-status", "data-state": "idle", role: "status" });
-    const ready = h("div", { class: "kv-live-loaded" });
-    const result = h("div", { class: "kv-live-result" });
+    const ready = h("div", { class: "kv-live-loaded" }), result = h("div", { class: "kv-live-result" });
     const run = h("button", { type: "button", class: "kv-live-run" }, label);
-    const smol = cfg.models.smollm2 ? h("button", { type: "button", class: "kv-live-smollm2" }, fill(W.smollm2, { mb: mb(cfg.models.smollm2.bytes) })) : null;
+    const big = cfg.models.smollm2;
+    const smol = big && h("button", { type: "button", class: "kv-live-smollm2" }, fill(W.smollm2, { mb: mb(big.bytes) }));
     const which = h("span", { class: "kv-live-which" }, fill(W.model_now, { model: window.kvLive.model }));
     el.dataset.runs = "0";
-    el.replaceChildren(h("div", { class: "kv-live-title" }, W.title), ...inputs, h("div", { class: "kv-live-row" }, run, which, smol),
-                       ready, status, result);
+    el.replaceChildren(h("div", { class: "kv-live-title" }, W.title), ...inputs,
+                       h("div", { class: "kv-live-row" }, run, which, smol || null), ready, status, result);
     const say = (state, text) => {
       status.dataset.state = state;
       status.replaceChildren(state === "error" ? h("span", { class: "kv-live-error", role: "alert" }, text) : text);
     };
     let busy = false;
-    const start = async (name) => {
+    async function start(name = window.kvLive.model) {
       if (busy) return;
-      busy = true;
-      run.disabled = true;
+      busy = run.disabled = true;
       said = say;
       try {
-        const m = await model(name || window.kvLive.model);
+        const m = await model(name);
         say("running", fill(W.running, { model: m.name }));
         await go(m, say, result);
-        window.kvLive.model = m.name;
+        window.kvLive.model = el.dataset.model = m.name;
         for (const w of document.querySelectorAll(".kv-live-which")) w.textContent = fill(W.model_now, { model: m.name });
-        el.dataset.model = m.name;
         el.dataset.runs = String(+el.dataset.runs + 1);
         app(el).dataset.kvShows = "live";  // the app's recorded controls and note no longer describe what it shows
         say("done", fill(W.done, { model: m.name }));
@@ -358,59 +358,56 @@
         say("error", err instanceof Said ? err.message : fill(W.broke, { error: err.message || err }));
         if (!(err instanceof Said)) console.error(err);
       } finally {
-        busy = false;
-        run.disabled = false;
+        busy = run.disabled = false;
       }
-    };
+    }
     run.addEventListener("click", () => start());
-    smol?.addEventListener("click", () => (location.protocol === "file:" ? say("error", fill(W.smollm2_file, { mb: mb(cfg.models.smollm2.bytes) })) : start("smollm2")));
-    // the model is here: what loading it took, said once (loaded.since: the first file asked for)
-    const isReady = (m) => {
-      if (ready.dataset.model === m.name) return;
-      ready.dataset.model = m.name;
-      ready.textContent = fill(W.ready, { model: m.name, mb: mb(loaded.bytes), s: loaded.seconds.toFixed(1) });
+    for (const input of inputs.map((i) => i.querySelector("input")).filter(Boolean)) {
+      input.addEventListener("keydown", (e) => e.key === "Enter" && start());
+    }
+    smol?.addEventListener("click", () => (location.protocol === "file:"  // a page from the disk may not fetch it
+      ? say("error", fill(W.smollm2_file, { mb: mb(big.bytes) })) : start("smollm2")));
+    return {
+      ready(m) {  // the model runs: what loading it took, said once per panel and model
+        if (ready.dataset.model === m.name) return;
+        ready.dataset.model = m.name;
+        ready.textContent = fill(W.ready, { model: m.name, mb: mb(loaded.ready.bytes), s: loaded.ready.seconds.toFixed(1) });
+      },
     };
-    return { say, ready: isReady };
   }
-  const textBox = (value, cls = "kv-live-text", attrs = {}) => h("textarea", { class: cls, rows: 3, ...attrs }, value);
+  const textBox = (value, attrs = {}) => h("textarea", { class: "kv-live-text", rows: 3, ...attrs }, value);
   const labelled = (text, control) => h("label", { class: "kv-live-row" }, h("span", { class: "kv-live-label" }, text), control);
 
-  // notebook 2: the Tokens app's strips of the model's tokenizer and GPT-2's, redone; the others' said to need Python
+  // notebook 2: widgets.Tokens's strips of the model's own tokenizer and of GPT-2's redone on the learner's text (its
+  // tags say which strip is which); the OpenAI encodings' strips, which the page cannot run, emptied and said so
   function tokensPanel(el) {
     const box = app(el), text = textBox(el.dataset.kvText);
-    // each strip's tokenizer: widgets.Tokens tags it; its name is what its recorded title starts with
-    const named = new Map(mounts(box).map((mt) => [mt, (window.kvSite.state(mt).title || "").split(/[:：]/)[0]]));
-    panel(el, "tokens", W.tokenize, [labelled(W.text, text)], async (m, say, result) => {
-      const strips = mounts(box), value = text.value;
-      needText(value, W.tokenize);
-      const own = fill(T["tokenizer.loaded"], { model: m.name });
-      const data = {};
-      for (const strip of strips) {
-        const tags = window.kvSite.state(strip)._dom_classes || [];
-        if (tags.includes("kv-strip-gpt2")) {
-          const d = tokensData(await gpt2(), "GPT-2", value);
-          data.gpt2 = { ...d, link: linkFor(["GPT-2", ...d.tokens.map((t) => t.text)]) };  // another tokenizer's positions
-        }
+    const named = new Map(mounts(box).map((mt) => [mt, (stateOf(mt).title || "").split(/[:：]/)[0]]));  // "GPT-4 (…)"
+    const tagged = (mt, tag) => (stateOf(mt)._dom_classes || []).includes(tag);
+    panel(el, W.tokenize, [labelled(W.text, text)], async (m, say, result) => {
+      const value = text.value;
+      if (!value) throw new Said(fill(W.empty, { run: W.tokenize }));  // tokenization.chunks refuses it too
+      const own = tokensData(m.tokenizer, fill(T["tokenizer.loaded"], { model: m.name }), value);
+      let gpt = null;
+      if (mounts(box).some((mt) => tagged(mt, "kv-strip-gpt2"))) {
+        gpt = tokensData(await gpt2(), "GPT-2", value);
+        gpt.link = linkFor(["GPT-2", ...gpt.tokens.map((t) => t.text)]);  // another tokenizer's positions are not the model's
       }
-      data.own = tokensData(m.tokenizer, own, value);
-      for (const strip of strips) {
-        const tags = window.kvSite.state(strip)._dom_classes || [];
-        const d = tags.includes("kv-strip-own") ? data.own : tags.includes("kv-strip-gpt2") ? data.gpt2 : null;
-        await window.kvSite.remount(strip, d ?? { title: fill(W.openai, { name: named.get(strip) }), tokens: [], mark: -1 });
+      for (const strip of mounts(box)) {
+        const data = tagged(strip, "kv-strip-gpt2") ? gpt : tagged(strip, "kv-strip-own") ? own : null;
+        await window.kvSite.remount(strip, data ?? { title: fill(W.openai, { name: named.get(strip) }), tokens: [], mark: -1 });
       }
-      const n = data.own.tokens.length;
+      const n = own.tokens.length;
       result.textContent = n > m.shape.n_ctx ? fill(W.longer, { n, model: m.name, ctx: m.shape.n_ctx }) : "";
-      window.kvLive.last.tokens = { text: value, ids: { own: data.own.tokens.map((t) => t.id), gpt2: data.gpt2?.tokens.map((t) => t.id) } };
+      window.kvLive.last.tokens = { text: value, ids: { own: own.tokens.map((t) => t.id), gpt2: gpt?.tokens.map((t) => t.id) } };
     });
   }
 
-  // notebook 4: the AttentionExplorer's grid of the learner's sentence, every layer and head
+  // notebook 4: widgets.AttentionExplorer's grid of the learner's sentence, every layer and head
   function attentionPanel(el) {
     const box = app(el), text = h("input", { class: "kv-live-text", value: el.dataset.kvText, size: 60 });
-    const p = panel(el, "attention", W.attend, [labelled(W.sentence, text)], async (m, say) => {
-      needText(text.value, W.attend);
-      const ids = encode(m, text.value);
-      checkLength(m, ids.length);
+    const p = panel(el, W.attend, [labelled(W.sentence, text)], async (m) => {
+      const ids = checked(m, text.value, W.attend, 0, true);
       const out = await forward(m, ids, emptyCache(m));
       p.ready(m);
       const data = attentionData(m, ids, out.weights);
@@ -419,40 +416,39 @@
     });
   }
 
-  // notebook 5: Play decodes in the page: GridFilling's grid (every step the whole text read again, as an
-  // uncached decoder does, with its notes) and CacheGrowth (one cached step per token, bytes measured) grow
-  // together; then one step timed with the cache and recomputed without it
+  // notebook 5: Play decodes in the page, the two views growing together: widgets.GridFilling's grid (each step
+  // reads the whole text again, as a decoder without a cache does, with GridFilling's notes) and views.CacheGrowth
+  // (one cached step per token, the bytes measured on the cache's arrays); then the next step timed with the
+  // cache and recomputed without it
   function cachePanel(el) {
-    const box = app(el), text = textBox(el.dataset.kvText);
-    // Play, in the stepper's word (i18n's stepper.play, as the grid's own button)
-    const count = h("input", { class: "kv-live-new", type: "number", min: 2, max: 64, value: el.dataset.kvNew || 8 });
-    const p = panel(el, "cache", cfg.views.att.words.play, [labelled(W.prompt, text), labelled(W.new, count)], async (m, say, result) => {
-      needText(text.value, cfg.views.att.words.play);
-      const prompt = encode(m, text.value), steps = Math.max(2, Math.min(64, Math.round(+count.value) || 2));
-      checkLength(m, prompt.length, steps);
-      const n = (s) => prompt.length + s;  // tokens fed at step s
-      let cache = emptyCache(m), out = await forward(m, prompt, cache);
+    const box = app(el), text = textBox(el.dataset.kvText), play = cfg.views.att.words.play;  // the stepper's word
+    const count = h("input", { class: "kv-live-new", type: "number", min: 2, value: el.dataset.kvNew || 8 });
+    const p = panel(el, play, [labelled(W.prompt, text), labelled(W.new, count)], async (m, say, result) => {
+      const steps = +count.value;
+      const prompt = checked(m, text.value, play, Number.isInteger(steps) ? steps : 0, true);
+      if (!(Number.isInteger(steps) && steps >= 2)) throw new Said(fill(W.steps, { got: count.value }));
+      const n = (s) => prompt.length + s;  // tokens read at step s
+      let out = await forward(m, prompt, emptyCache(m));  // the prefill: a run without a cache too (step 0's grid)
       p.ready(m);
-      cache = out.cache;
+      let cache = out.cache, full = out;
       const made = [argmax(lastRow(m, out))], measured = [measure(cache)], notes = [fill(T["grid.first"], { n: n(0) })];
-      let before = out.weights, full = out;  // the uncached run of the step before: its grid
       for (let s = 0; ; s++) {
         const fed = [...prompt, ...made.slice(0, s)];
         say("running", fill(W.decoding, { model: m.name, s, last: steps - 1, q: `'${decode(m, [made[s]])}'` }));
-        if (s > 0) {
-          full = await forward(m, fed, emptyCache(m));  // GridFilling: the whole text again, one token longer
-          notes.push(fill(T["grid.again"], { n: n(s), old: n(s) - 2, before: s - 1, change: exp1(largestChange(m, before, full.weights, n(s))),
-                                             old_rows: n(s) - 1, macs: int(m.wasted[n(s) - 1]) }));
-          before = full.weights;
+        if (s > 0) {  // GridFilling's step: the whole text again, one token longer; its old rows as they were
+          const before = full.weights;
+          full = await forward(m, fed, emptyCache(m));
+          notes.push(fill(T["grid.again"], { n: n(s), old: n(s) - 2, before: s - 1, old_rows: n(s) - 1, macs: int(m.wasted[n(s) - 1]),
+                                             change: exp1(largestChange(m, before, full.weights, n(s))) }));
         }
-        const gridData = attentionData(m, fed, full.weights, { promptLen: n(0), notes, title: fill(T["grid.title"], { model: m.name }), step: s });
+        const gridData = attentionData(m, fed, full.weights, { promptLen: n(0), notes, step: s,
+                                                               title: fill(T["grid.title"], { model: m.name }) });
         const growthData = cacheData(m, fed, [n(0), ...Array(s).fill(1)], measured, cache, s);
         await Promise.all([show(box, "weights", "att", gridData), show(box, "k_rows", "cache", growthData, document)]);
         if (s === steps - 1) {
           window.kvLive.last.cache = { ids: fed, made, grid: gridData, growth: growthData, weights: grid(m, full.weights, fed.length),
                                        k: cache.k.map((k) => Array.from(k)), v: cache.v.map((v) => Array.from(v)) };
-          await timeOneStep(m, cache, fed, made[s], result);
-          break;
+          return timeOneStep(m, cache, fed, made[s], result);
         }
         out = await forward(m, [made[s]], cache);  // the cached step: one token in, its K and V appended in every layer
         cache = out.cache;
@@ -461,112 +457,115 @@
       }
     });
   }
-  // cache_evidence.rows_change's largest, over "weights": how far any old row moved when one token was added
+  // cache_evidence.rows_change's largest over "weights": how far any old row moved when one token was added
   function largestChange(m, before, after, n) {
-    let most = 0;
     const { n_layer: L, n_head: nh } = m.shape, o = n - 1;
-    for (let l = 0; l < L; l++) for (let hd = 0; hd < nh; hd++) for (let i = 0; i < o; i++) for (let j = 0; j < o; j++) {
-      most = Math.max(most, Math.abs(after[((l * nh + hd) * n + i) * n + j] - before[((l * nh + hd) * o + i) * o + j]));
+    let most = 0;
+    for (let lh = 0; lh < L * nh; lh++) {
+      for (let i = 0; i < o; i++) {
+        for (let j = 0; j < o; j++) most = Math.max(most, Math.abs(after[(lh * n + i) * n + j] - before[(lh * o + i) * o + j]));
+      }
     }
     return most;
   }
-  // the next step (the last token made, fed) with the cache and recomputed without it, each the fastest of 3
-  // after a warm-up run, in this browser; their logits compared
+  const fastest = async (f, times = 3) => {  // the fastest of `times` runs of f, in ms, after one to warm up
+    await f();
+    let best = Infinity;
+    for (let r = 0; r < times; r++) {
+      const t = performance.now();
+      await f();
+      best = Math.min(best, performance.now() - t);
+    }
+    return best;
+  };
+  // the next step (the last token made, fed) with the cache and recomputed without it (the whole text read
+  // again), each timed in this browser; their logits for the next token compared
   async function timeOneStep(m, cache, held, next, result) {
     const all = [...held, next];
-    const fastest = async (f) => { await f(); let best = Infinity; for (let r = 0; r < 3; r++) { const t = performance.now(); await f(); best = Math.min(best, performance.now() - t); } return best; };
     let cached, full;
-    const cachedMs = await fastest(async () => { cached = await forward(m, [next], cache); });
-    const fullMs = await fastest(async () => { full = await forward(m, all, emptyCache(m)); });
-    const a = lastRow(m, cached), b = lastRow(m, full);
-    const diff = a.reduce((most, x, i) => Math.max(most, Math.abs(x - b[i])), 0);
+    const cachedMs = await fastest(async () => { cached = lastRow(m, await forward(m, [next], cache)); });
+    const fullMs = await fastest(async () => { full = lastRow(m, await forward(m, all, emptyCache(m))); });
+    const diff = cached.reduce((most, x, i) => Math.max(most, Math.abs(x - full[i])), 0);
     Object.assign(result.dataset, { cachedMs: cachedMs.toFixed(2), fullMs: fullMs.toFixed(2), maxDiff: String(diff) });
-    result.textContent = fill(W.timing, { k: 3, cached: ms(cachedMs), n: all.length, full: ms(fullMs), ratio: (fullMs / cachedMs).toFixed(1), diff: exp1(diff) });
+    result.textContent = fill(W.timing, { k: 3, cached: ms(cachedMs), n: all.length, full: ms(fullMs),
+                                          ratio: (fullMs / cachedMs).toFixed(1), diff: exp1(diff) });
   }
 
-  // notebook 6: two requests through a prompt cache kept in the page (kvlib.PromptCache(block_size=16)'s
-  // automatic mode): whole blocks, keyed by their whole prefix, never the last token; the second reuses the first's
-  // K and V rows; time to first token cold and warm; the greedy answer with and without reuse
+  // notebook 6: two requests through a prompt cache kept in the page, as kvlib.PromptCache(block_size=16) keeps
+  // one in automatic mode: whole blocks, each filed under the hash of its whole prefix (blocks.block_keys), never
+  // the last token; a request reads the blocks of its longest filed prefix and computes the rest. The second
+  // request reuses the first one's K and V rows; it is timed to its first token with and without them, and its
+  // greedy answer computed both ways. A new cache for each send, so what it shows is these two requests.
   function blocksPanel(el) {
-    const box = app(el), B = cfg.blocks;
-    const texts = B.example.map((t, k) => textBox(t, "kv-live-text", { "data-request": k + 1, rows: 4 }));
-    const p = panel(el, "blocks", W.send, texts.map((t, k) => labelled(fill(W.request, { k: k + 1 }), t)), async (m, say, result) => {
-      const answerLength = 8;
-      const prompts = texts.map((t) => { needText(t.value, W.send); return encode(m, t.value); });
-      for (const ids of prompts) checkLength(m, ids.length, answerLength);
-      const pc = { index: new Map(), born: performance.now() / 1e3 };  // key (hex) -> {k, v, used}; a new cache each send
-      const clock = () => performance.now() / 1e3 - pc.born;
-      await forward(m, prompts[0].slice(0, 1), emptyCache(m));  // warm-up: the first call of a session is slow
+    const box = app(el), B = cfg.blocks, answerLength = 8;
+    const texts = B.example.map((t, k) => textBox(t, { "data-request": k + 1, rows: 4 }));
+    const p = panel(el, W.send, texts.map((t, k) => labelled(fill(W.request, { k: k + 1 }), t)), async (m, say, result) => {
+      const prompts = texts.map((t) => checked(m, t.value, W.send, answerLength));
+      const pc = { index: new Map(), born: performance.now() };  // block key (hex) -> {k, v, used}
+      const clock = () => (performance.now() - pc.born) / 1e3;  // seconds, as the cache's clock
+      await forward(m, prompts[0].slice(0, 1), emptyCache(m));  // a session's first call is slow: not a request's
       p.ready(m);
-      const rows = [];
-      const sent = [];
+      const rows = [], sent = [];
       for (const [r, ids] of prompts.entries()) {
         const label = fill(W.label, { k: r + 1 }), at = clock();
         const spans = Array.from({ length: Math.floor((ids.length - 1) / B.size) }, (_, d) => [d * B.size, (d + 1) * B.size]);
         const keys = blockKeys(ids, W.tenant, spans).map((k) => hex(k));
         let hits = 0;
         while (hits < keys.length && pc.index.has(keys[hits])) hits++;
-        const warm = await prefill(m, pc, ids, keys.slice(0, hits), hits * B.size);
-        const states = keys.map((_, d) => (d < hits ? "hit" : "written"));
-        keys.forEach((key, d) => {
-          if (d < hits) pc.index.get(key).used = at;
-          else pc.index.set(key, { ...blockOf(m, warm.cache, d * B.size, B.size), used: at });
-        });
-        for (const row of rows) for (const b of row.blocks) if (keys.slice(0, hits).includes(b.key)) b.then = { by: label, at };
+        const run = await prefill(m, pc, ids, keys.slice(0, hits));
+        keys.forEach((key, d) => pc.index.set(key, { ...(pc.index.get(key) || blockOf(m, run.cache, d * B.size, B.size)), used: at }));
+        for (const b of rows.flatMap((q) => q.blocks)) if (keys.slice(0, hits).includes(b.key)) b.then = { by: label, at };
         const cached = hits * B.size;
         rows.push({ label, tenant: W.tenant, at, input: ids.length, cached, written: (keys.length - hits) * B.size,
-                    ms: round(warm.ms, 1), cost: cached * B.read + ids.length - cached, gone: 0,
-                    tail: ids.length - (spans.length ? spans[spans.length - 1][1] : 0),
-                    blocks: spans.map(([a, e], d) => ({ state: states[d], start: a, end: e, text: decodeRun(m, ids.slice(a, e)), hash: keys[d].slice(0, 16), then: null, key: keys[d] })) });
-        sent.push({ ids, hits, keys });
+                    ms: round(run.ms, 1), cost: cached * B.read + ids.length - cached, gone: 0,  // pricing.billed, automatic
+                    tail: ids.length - spans.length * B.size,
+                    blocks: spans.map(([a, e], d) => ({ state: d < hits ? "hit" : "written", start: a, end: e, text: decodeRun(m, ids.slice(a, e)),
+                                                        hash: keys[d].slice(0, 16), then: null, key: keys[d] })) });
+        sent.push({ ids, hits: keys.slice(0, hits) });
       }
-      // the second request again, timed: warm (the hit it had) and cold (no reuse); its answer both ways
-      const [, second] = sent;
-      const fastest = async (f) => { let best = Infinity, out; for (let r = 0; r < 3; r++) { out = await f(); best = Math.min(best, out.ms); } return { ...out, ms: best }; };
-      const warm = await fastest(() => prefill(m, pc, second.ids, second.keys.slice(0, second.hits), second.hits * B.size));
-      const cold = await fastest(() => prefill(m, pc, second.ids, [], 0));
-      const [warmAnswer, coldAnswer] = [await answer(m, warm, answerLength), await answer(m, cold, answerLength)];
-      const same = warmAnswer.every((id, i) => id === coldAnswer[i]);
-      const shared = second.ids.findIndex((id, i) => id !== sent[0].ids[i]);
       const held = [...pc.index.values()].reduce((n, b) => n + b.k.reduce((a, k, l) => a + k.byteLength + b.v[l].byteLength, 0), 0);
-      const now = clock();
-      const stored = Object.fromEntries([...pc.index].map(([key, b]) => [key.slice(0, 16), { expires: b.used + B.ttl }]));
-      const size = fill(T["blocks.size"], { n: B.size });
       await show(box, "requests", "blocks", {
-        title: fill(T["blocks.title"], { mode: T["mode.automatic"], ttl: B.ttl, size, n: pc.index.size, held, budget: "" }),
-        note: B.note, clock: now, ttl: B.ttl, stored,
-        requests: rows.map((q) => ({ ...q, blocks: q.blocks.map(({ key, ...b }) => b) })) });
-      const reused = sent[1].hits * B.size;
-      Object.assign(result.dataset, { reused, shared: shared < 0 ? Math.min(second.ids.length, sent[0].ids.length) : shared,
-                                      coldMs: cold.ms.toFixed(2), warmMs: warm.ms.toFixed(2), same: String(same) });
-      const first = warmAnswer.findIndex((id, i) => id !== coldAnswer[i]);
-      result.textContent = fill(W.sent, { reused, n: second.ids.length, blocks: sent[1].hits, size: B.size, shared: result.dataset.shared,
-        k: 3, cold: ms(cold.ms), warm: ms(warm.ms), new: answerLength,
-        same: same ? fill(W.same, { answer: JSON.stringify(decodeRun(m, warmAnswer)) })
-          : fill(W.differs, { i: first, answer: JSON.stringify(decodeRun(m, warmAnswer)), cold_answer: JSON.stringify(decodeRun(m, coldAnswer)) }) });
-      window.kvLive.last.blocks = { prompts, reused, cold: cold.ms, warm: warm.ms, answers: { warm: warmAnswer, cold: coldAnswer }, requests: rows };
+        title: fill(T["blocks.title"], { mode: T["mode.automatic"], ttl: B.ttl, size: fill(T["blocks.size"], { n: B.size }),
+                                         n: pc.index.size, held, budget: "" }),
+        note: B.note, clock: clock(), ttl: B.ttl, requests: rows.map((q) => ({ ...q, blocks: q.blocks.map(({ key, ...b }) => b) })),
+        stored: Object.fromEntries([...pc.index].map(([key, b]) => [key.slice(0, 16), { expires: b.used + B.ttl }])) });
+      // the second request again, to time it: with the blocks it hit (warm) and with none (cold); its answer both ways
+      const [first, second] = sent;
+      let warm, cold;
+      const warmMs = await fastest(async () => { warm = await prefill(m, pc, second.ids, second.hits); });
+      const coldMs = await fastest(async () => { cold = await prefill(m, pc, second.ids, []); });
+      const answers = { warm: await answer(m, warm, answerLength), cold: await answer(m, cold, answerLength) };
+      const parts = answers.warm.findIndex((id, i) => id !== answers.cold[i]);
+      const shared = second.ids.findIndex((id, i) => id !== first.ids[i]);
+      const reused = second.hits.length * B.size;
+      Object.assign(result.dataset, { reused, shared: shared < 0 ? Math.min(first.ids.length, second.ids.length) : shared,
+                                      coldMs: coldMs.toFixed(2), warmMs: warmMs.toFixed(2), same: String(parts < 0) });
+      const said = (ids) => JSON.stringify(decodeRun(m, ids));
+      result.textContent = fill(W.sent, { reused, n: second.ids.length, blocks: second.hits.length, size: B.size, shared: result.dataset.shared,
+        k: 3, cold: ms(coldMs), warm: ms(warmMs), new: answerLength,
+        same: parts < 0 ? fill(W.same, { answer: said(answers.warm) })
+          : fill(W.differs, { i: parts, answer: said(answers.warm), cold_answer: said(answers.cold) }) });
+      window.kvLive.last.blocks = { prompts, reused, cold: coldMs, warm: warmMs, answers, requests: rows };
     });
-    // a request's prefill: the hit blocks' K and V as the cache's first rows, the rest of the prompt fed after
-    // them -> {cache, logits of the last token, ms to that token (the hit's rows gathered included)}
-    async function prefill(m, pc, ids, hitKeys, from) {
-      const t = performance.now();
-      const past = hitKeys.reduce((cache, key) => appendedRows(m, cache, pc.index.get(key)), emptyCache(m));
-      const out = await forward(m, ids.slice(from), past);
-      const first = argmax(lastRow(m, out));
-      return { cache: out.cache, first, ms: performance.now() - t };
-    }
-    async function answer(m, start, n) {  // greedy: the first token, then n - 1 cached steps
-      const ids = [start.first];
-      let cache = start.cache;
-      while (ids.length < n) {
-        const out = await forward(m, [ids[ids.length - 1]], cache);
-        cache = out.cache;
-        ids.push(argmax(lastRow(m, out)));
-      }
-      return ids;
-    }
   }
-  // one block's rows [start, start + size) of a cache, per layer [nkv, size, hs], and a block appended to a cache
+  // a request's prefill: the blocks it hit as its cache's first rows, the rest of its prompt fed after them ->
+  // {cache, first: its greedy first token, ms: to that token, the hit's rows gathered included}
+  async function prefill(m, pc, ids, hits) {
+    const t = performance.now();
+    const past = hits.reduce((cache, key) => appendedBlock(m, cache, pc.index.get(key)), emptyCache(m));
+    const out = await forward(m, ids.slice(past.length), past);
+    return { cache: out.cache, first: argmax(lastRow(m, out)), ms: performance.now() - t };
+  }
+  async function answer(m, start, n) {  // greedy from a prefill: its first token, then n - 1 cached steps
+    const ids = [start.first];
+    for (let cache = start.cache; ids.length < n;) {
+      const out = await forward(m, [ids[ids.length - 1]], cache);
+      cache = out.cache;
+      ids.push(argmax(lastRow(m, out)));
+    }
+    return ids;
+  }
+  // a block of a cache: its rows [start, start + size) of every layer, [nkv, size, hs] each
   function blockOf(m, cache, start, size) {
     const { n_kv_head: nkv, head_dim: hs } = m.shape, P = cache.length;
     const cut = (a) => {
@@ -576,10 +575,8 @@
     };
     return { k: cache.k.map(cut), v: cache.v.map(cut) };
   }
-  function appendedRows(m, cache, block) {  // per layer [nkv, size, hs] -> the [L, nkv, T, hs] appended() takes
-    const size = block.k[0].length / (m.shape.n_kv_head * m.shape.head_dim);
-    return appended(m, cache, joined(block.k), joined(block.v), size);
-  }
+  const appendedBlock = (m, cache, block) =>  // a block's rows after a cache's, as appended() takes new rows
+    appended(m, cache, joined(block.k), joined(block.v), block.k[0].length / (m.shape.n_kv_head * m.shape.head_dim));
 
   const PANELS = { tokens: tokensPanel, attention: attentionPanel, cache: cachePanel, blocks: blocksPanel };
   window.kvSite.drawn.then(() => {

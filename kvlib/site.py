@@ -84,7 +84,7 @@ WORDS = {
                "tokenizer": "{name}'s tokenizer",
                "ready": "{model} runs in this page: {mb} MB loaded in {s} s. Nothing leaves your browser.",
                "running": "{model} is running in your browser…", "done": "Done: computed in your browser by {model}.",
-               "empty": "The text is empty: type something, then press {run}.",
+               "empty": "The text is empty: type something, then press “{run}”.",
                "too_long": "{n} tokens{plus}: more than {model}'s context of {ctx} tokens. Shorten the text.",
                "plus": " and {new} to generate",
                "failed": "{file} did not load ({why}). make site writes it into site/live/, beside the pages: build "
@@ -100,6 +100,9 @@ WORDS = {
                "text": "Your text", "tokenize": "Tokenize",
                "openai": "{name}: this tokenizer runs in the live notebook only, not in the page",
                "longer": "{n} tokens: longer than {model}'s context of {ctx}, so the model could not read all of it.",
+               "too_big": "{n} tokens{plus}: more than an attention grid draws ({most} tokens, as in the notebook). "
+                          "Shorten the text.",
+               "steps": "The grid fills 2 or more new tokens, one a step, not “{got}”.",
                "sentence": "Your sentence", "attend": "Show its attention",
                "prompt": "Your prompt", "new": "new tokens",
                "decoding": "{model} decodes in your browser: step {s} of {last}, {q}",
@@ -151,6 +154,8 @@ WORDS = {
                "text": "你的文本", "tokenize": "分词",
                "openai": "{name}：这个分词器只在可运行的 notebook 里运行，页面里没有",
                "longer": "{n} 个 token：超过了 {model} 的上下文长度（{ctx}），模型读不完。",
+               "too_big": "{n} 个 token{plus}：注意力表画不下这么多（最多 {most} 个，和 notebook 里一样）。请缩短文本。",
+               "steps": "这张表每步填一个新 token，至少要 2 个，不能是“{got}”。",
                "sentence": "你的句子", "attend": "看它的注意力",
                "prompt": "你的提示词", "new": "新 token 数",
                "decoding": "{model} 正在你的浏览器里解码：第 {s} 步（共 {last} 步），{q}",
@@ -387,6 +392,8 @@ def page_model(name):
 
     from . import memory, webmodel
     from .models import load_model
+    from .views.attention import layer_bytes
+    from .views.base import MAX_STATE_BYTES
 
     model = load_model(name, device="cpu")
     c = model.config
@@ -397,9 +404,12 @@ def page_model(name):
                  else {f"{name}.onnx": onnx.read_bytes()})
     # GridFilling's notes: what a step without a cache recomputes, n tokens read where 1 was new (memory's formula)
     wasted = [memory.forward_macs(c, 0, n) - memory.forward_macs(c, n - 1, 1) for n in range(1, c.n_ctx + 1)]
+    # the most tokens an attention grid of this model draws: one layer's weights within a view's data, as AttentionGrid
+    # sends them (views.attention.layer_bytes, with the room it leaves for the rest)
+    grid = max(n for n in range(1, c.n_ctx + 1) if layer_bytes(c.n_head, n) <= MAX_STATE_BYTES - 1000)
     files[f"{name}.js"] = live_script(f"{name}.js", {
-        "shape": webmodel.describe(model), "graph": next(iter(files)), "inline": inline,
-        "tokenizer": packed(model.tokenizer.backend_tokenizer.to_str().encode()), "wasted_macs": wasted})
+        "shape": webmodel.describe(model), "tokenizer": packed(model.tokenizer.backend_tokenizer.to_str().encode()),
+        "wasted_macs": wasted, "grid_tokens": grid})
     return files
 
 
