@@ -9,15 +9,17 @@ cache: 4; an fp16 one: 2), checked against the arrays' own sizes at every step.
 
 import json
 import re
+import shutil
+from urllib.parse import urlparse
 
 import nbformat
 import pytest
 import torch
 
 import kvlib
-from browser import chromium
+from browser import CACHE_ROWS, GRID_ROWS, chromium
 from kvlib import site, views
-from test_site import check_offline, open_offline
+from test_site import OFFLINE, check_offline, open_offline, served
 
 PROMPT, NEW = "Mary had a little", 5
 
@@ -83,3 +85,240 @@ def test_the_cache_views_bytes_follow_the_datas_bytes_per_number(browser, tmp_pa
             assert f"× {b} bytes =" in line and formula == size, (dtype, s, line, size)
             assert view.locator(".kv-total").inner_text() == f"{size:,} bytes" and line.endswith("✓"), line
     check_offline(page, errors, "views")
+
+
+# ---- the live pages ---------------------------------------------------------------------------------------
+
+EXAMPLE = "The king is dead"  # the recorded run's text; the test types others
+APPS = [
+    ("markdown", "# Live\n\nThe apps a page can run itself.\n\n**Time:** a minute."),
+    ("code", "import kvlib\nfrom kvlib import views, widgets\nfrom kvlib.prompt_cache import ManualClock\n"
+             "model = kvlib.load_model('tiny')"),
+    ("code", f"widgets.Tokens(model, {EXAMPLE!r})"),
+    ("code", f"widgets.AttentionExplorer(model, {EXAMPLE!r})"),
+    ("code", f"widgets.GridFilling(model, {EXAMPLE!r}, new_tokens=4)"),
+    ("code", f"views.CacheGrowth.of(model, {EXAMPLE!r}, new_tokens=4)"),
+    ("code", "pc = kvlib.PromptCache(model, block_size=16, ttl_seconds=300, clock=ManualClock())\n"
+             "system = 'You are Puck, a sprite. Answer in verse, as Shakespeare would. ' * 3\n"
+             "stream = widgets.PromptCacheStream(pc, [('q1', 'acme', system + 'Who art thou?')])\n"
+             "stream.send()\nstream"),
+]
+PLAYED = "To be, or not to be, that is the question", 6  # page 05's prompt and new tokens
+# two requests sharing a long prefix (past one block of 16), as notebook 6's system prompt
+SYSTEM = "You are Puck, a helpful sprite. Answer in verse, briefly, as Shakespeare would. " * 2
+REQUESTS = SYSTEM + "Who art thou?", SYSTEM + "Where is Oberon?"
+
+
+def notebook(folder, cells, lang=None):  # -> the notebook's path; a translation's sets its language first
+    first = [("code", f"import kvlib\nkvlib.set_language({lang!r})")] if lang else []
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(s) if kind == "markdown" else
+                                         nbformat.v4.new_code_cell(s) for kind, s in first + cells])
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / "live.ipynb")
+    return folder / "live.ipynb"
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    """The apps' notebook in English and in Chinese, executed and exported as live pages: -> the site's folder."""
+    root = tmp_path_factory.mktemp("live")
+    executed = [site.execute(notebook(root / "nb", APPS), root / "executed"),
+                site.execute(notebook(root / "nb" / "zh", APPS, "zh"), root / "executed" / "zh")]
+    site.export(executed, root / "site", live=True)
+    return root / "site"
+
+
+@pytest.fixture(scope="module")
+def stored():  # tiny as the page computes it: its weights rounded to fp16, each multiply in fp32
+    from kvlib import webmodel
+
+    return webmodel.stored(kvlib.load_model("tiny"))
+
+
+def run_panel(page, kind, texts=None, new=None, smollm2=False):
+    """Type into a panel, press its button (or SmolLM2's), wait for the run to end; -> the panel."""
+    panel = page.locator(f".kv-live[data-kv-live={kind}]")
+    panel.locator("button.kv-live-run").wait_for()
+    runs = int(panel.get_attribute("data-runs"))
+    for k, text in enumerate(texts or []):
+        panel.locator(".kv-live-text").nth(k).fill(text)
+    if new is not None:
+        panel.locator("input.kv-live-new").fill(str(new))
+    panel.locator("button.kv-live-smollm2" if smollm2 else "button.kv-live-run").click()
+    page.wait_for_function("([p, n]) => +p.dataset.runs > n || p.querySelector('.kv-live-status').dataset.state == "
+                           "'error'", arg=[panel.element_handle(), runs], timeout=600_000)
+    status = panel.locator(".kv-live-status")
+    assert status.get_attribute("data-state") == "done", status.inner_text()
+    return panel
+
+
+def by_step(view, rows):
+    """Move a stepping view's slider from its first step to its last; -> what `rows` (JS) counts at each."""
+    return view.evaluate("""(r, rows) => {
+        const count = new Function("r", `return (${rows})(r)`), slider = r.querySelector("input.kv-slider"), seen = [];
+        for (let s = 0; s <= +slider.max; s++) {
+            slider.value = s;
+            slider.dispatchEvent(new Event("input"));
+            seen.push(count(r));
+        }
+        return seen;
+    }""", rows)
+
+
+def within(model, ids, got, what):
+    """got: the page's {weights: [L][nh][T][T] of the whole text, k: per layer [nkv * T * hs]} against kvlib on
+    the same ids, by webmodel's bound (each output's own fp32 error, measured against float64, times its factor)."""
+    from kvlib import webmodel
+
+    want, exact = {}, {}
+    for name, m in (("ours", model), ("exact", webmodel.in_float64(model))):
+        trace, cache = kvlib.Trace(), m.new_cache()
+        m.forward(ids, cache=cache, trace=trace)
+        (want if name == "ours" else exact).update(
+            weights=torch.stack([t.weights for t in trace.layers]).numpy(),
+            k=torch.stack([layer.keys for layer in cache.layers]).numpy())
+    for name in ("weights", "k"):
+        page = torch.tensor(got[name], dtype=torch.float64).reshape(want[name].shape).numpy()
+        own = webmodel.largest(want[name], exact[name])
+        bound = webmodel.tolerance(own, abs(want[name]).max())
+        assert webmodel.largest(page, want[name]) <= bound, (what, name, webmodel.largest(page, want[name]), bound)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_page_05_plays_the_learners_prompt_with_the_model_in_the_page(browser, live, stored, lang):
+    """Play on the learner's prompt: the page decodes it greedily (kvlib's tokens), the grid gains a row per step
+    and every layer of the cache view a row per token; one row of attention weights and layer 0's K rows, read
+    from the page, equal kvlib's on the same text within the bound; the step timed with and without the cache
+    gives the same logits."""
+    page, errors = open_offline(browser, live / ("live.html" if lang == "en" else "zh/live.html"))
+    prompt, new = PLAYED
+    panel = run_panel(page, "cache", [prompt], new)
+    got = page.evaluate("window.kvLive.last.cache")
+    ids = stored.encode(prompt)
+    gen = kvlib.generate(stored, ids, new, stop_at_eos=False)
+    assert got["made"] == gen.ids, (got["made"], gen.ids)  # greedy in the page = greedy in kvlib
+    fed = ids + gen.ids[:-1]
+    assert got["ids"] == fed
+    L, P = stored.config.n_layer, len(ids)
+    within(stored, fed, {"weights": got["weights"], "k": [x for layer in got["k"] for x in layer]}, lang)
+    grid, growth = page.locator(".kv-att").nth(1), page.locator(".kv-cachegrowth").first  # [0]: 04's explorer
+    assert grid.get_attribute("data-step") == growth.get_attribute("data-step") == str(new - 1)
+    assert grid.locator("tr.kv-att-row").count() == P + new - 1
+    rows = growth.evaluate("r => [...r.querySelectorAll('.kv-layer')].map(l => l.querySelectorAll('.kv-kvrow').length)")
+    assert rows == [P + new - 1] * L
+    per_token = 2 * L * stored.config.n_kv_head * stored.config.head_dim * 4  # the page's cache: Float32Array
+    total = growth.locator(".kv-total").inner_text()
+    assert total.replace("字节", "bytes") == f"{(P + new - 1) * per_token:,} bytes", total
+    assert by_step(grid, GRID_ROWS) == [P + s for s in range(new)]  # the views step through the page's run
+    assert by_step(growth, CACHE_ROWS) == [[P + s] * L for s in range(new)]
+    result = panel.locator(".kv-live-result")
+    assert float(result.get_attribute("data-max-diff")) < 1e-3  # the cached and recomputed step: the same logits
+    assert float(result.get_attribute("data-cached-ms")) > 0 and float(result.get_attribute("data-full-ms")) > 0
+    check_offline(page, errors, f"live 05 ({lang})")
+
+
+HELD_OUT = ("Check out ngrok.ai", "Will will Will's will be done?", "轩辕养了一只黄色的虎皮鹦鹉 🦜")
+
+
+@pytest.mark.slow
+def test_page_02_cuts_the_learners_text_as_kvlib_does(browser, live):
+    """The page's strips are the Python app's: the model's tokenizer and GPT-2's, chips, ids, bytes and titles
+    equal to widgets.Tokens' data for the same text (English, Chinese and an emoji: a character cut in two)."""
+    from kvlib import tokenization, widgets
+
+    model = kvlib.load_model("tiny")
+    own, gpt2 = tokenization.for_model(model), tokenization.gpt2()
+    page, errors = open_offline(browser, live / "live.html")
+    mounts = page.locator(".kv-app-tokens [data-kv-model]")
+    page.locator(".kv-live[data-kv-live=tokens] button.kv-live-run").wait_for()
+    tags = [mounts.nth(i).evaluate("m => window.kvSite.state(m)._dom_classes") for i in range(mounts.count())]
+    strips = {tag: mounts.nth(next(i for i, t in enumerate(tags) if tag in t)) for tag in ("kv-strip-own", "kv-strip-gpt2")}
+    for text in HELD_OUT:
+        run_panel(page, "tokens", [text])
+        assert page.evaluate("window.kvLive.last.tokens.ids") == {"own": model.encode(text), "gpt2": gpt2.encode(text)}
+        for tag, tok in (("kv-strip-own", own), ("kv-strip-gpt2", gpt2)):
+            state = strips[tag].evaluate("m => window.kvSite.state(m)")
+            want = widgets.TokenStrip.data(tok, text)
+            if tok is gpt2:  # the app links another tokenizer's chips by their own texts (widgets.Tokens.update)
+                want["link"] = views.base.link_for([tok.name] + [t["text"] for t in want["tokens"]])
+            assert {k: state[k] for k in want} == want, (text, tag)
+        chips = strips["kv-strip-own"].locator(".kv-chip")
+        assert chips.count() == len(model.encode(text))
+    check_offline(page, errors, "live 02")
+
+
+@pytest.mark.slow
+def test_page_06_reuses_the_first_requests_blocks(browser, live, stored):
+    """Two requests sharing a prefix: the second reads from the page's cache as many tokens as kvlib's PromptCache
+    reads for the same two (whole blocks of the shared prefix), and its greedy answer is the one it gets with
+    nothing reused, which is kvlib's."""
+    page, errors = open_offline(browser, live / "live.html")
+    panel = run_panel(page, "blocks", REQUESTS)
+    result = panel.locator(".kv-live-result")
+    a, b = (stored.encode(r) for r in REQUESTS)
+    shared = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    pc = kvlib.PromptCache(stored, block_size=16)
+    pc.prefill(REQUESTS[0], tenant="you")
+    cached = pc.prefill(REQUESTS[1], tenant="you").receipt.cached_tokens
+    assert cached == shared // 16 * 16 > 0  # whole blocks of the shared prefix: kvlib's own count
+    assert int(result.get_attribute("data-reused")) == cached and int(result.get_attribute("data-shared")) == shared
+    got = page.evaluate("window.kvLive.last.blocks")
+    want = kvlib.generate(stored, b, 8, stop_at_eos=False).ids
+    assert got["answers"]["warm"] == got["answers"]["cold"] == want and result.get_attribute("data-same") == "true"
+    rows = page.locator(".kv-blocks tr.kv-request")
+    assert rows.count() == 2 and rows.nth(1).locator(".kv-block.kv-hit").count() == cached // 16
+    assert rows.nth(0).locator(".kv-block.kv-hit").count() == 0
+    check_offline(page, errors, "live 06")
+
+
+@pytest.mark.slow
+def test_bad_input_is_said_in_the_page_and_the_views_keep_working(browser, live, tmp_path):
+    """An empty text, a text past tiny's context and a model file that did not load each get a line in the
+    panel; the views stay drawn and the next good run works."""
+    page, errors = open_offline(browser, live / "live.html")
+    panel = page.locator(".kv-live[data-kv-live=cache]")
+    panel.locator("button.kv-live-run").wait_for()
+    status = panel.locator(".kv-live-status")
+
+    def said(text):
+        panel.locator(".kv-live-text").fill(text)
+        panel.locator("button.kv-live-run").click()
+        page.wait_for_function("s => s.dataset.state == 'error'", arg=status.element_handle())
+        return status.inner_text()
+
+    assert "empty" in said("")
+    assert "context of 512" in said("to be or not " * 200)
+    assert page.locator("[data-kv-model] .kv-view").count() == page.locator("[data-kv-model]").count()
+    run_panel(page, "cache", [EXAMPLE], 2)  # and it still runs
+    check_offline(page, errors, "live, bad input")
+    page.close()
+    # a copy of the site without tiny's graph: the page says which file and why
+    shutil.copytree(live, tmp_path / "site")
+    (tmp_path / "site" / "live" / "tiny.onnx.js").unlink()
+    page, errors = open_offline(browser, tmp_path / "site" / "live.html")
+    panel = page.locator(".kv-live[data-kv-live=attention]")
+    panel.locator("button.kv-live-run").click()
+    page.wait_for_function("s => s.dataset.state == 'error'", arg=panel.locator(".kv-live-status").element_handle())
+    line = panel.locator(".kv-live-status").inner_text()
+    assert "live/tiny.onnx.js did not load" in line, line
+    assert page.locator("[data-kv-model] .kv-view").count() == page.locator("[data-kv-model]").count()
+    away = [u for u in page.recorder.urls if urlparse(u).scheme not in OFFLINE]
+    assert not away, away
+
+
+@pytest.mark.slow
+def test_smollm2_in_the_page_over_http(browser, live, smollm2):
+    """Served over http, a page loads SmolLM2's quantized graph and answers a prompt greedily as kvlib does
+    (webmodel.AGREES: the prompts where the 8-bit graph and kvlib's fp32 answers agree, as measured)."""
+    from kvlib import webmodel
+
+    assert (live / "live" / "smollm2.onnx").exists(), "make site exports SmolLM2 where it is on disk"
+    prompt, new = "The capital of France is", 4
+    with served(live) as url:
+        page, errors = open_offline(browser, live / "live.html", f"{url}/live.html")
+        panel = run_panel(page, "cache", [prompt], new, smollm2=True)
+        assert panel.get_attribute("data-model") == "smollm2"
+        got = page.evaluate("window.kvLive.last.cache")
+        assert got["made"] == kvlib.generate(smollm2, prompt, new, stop_at_eos=False).ids
+        check_offline(page, errors, "live 05 with SmolLM2", served=url)
