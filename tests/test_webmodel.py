@@ -41,17 +41,15 @@ def test_the_cache_the_graph_builds_is_kvlibs(tiny, tiny_onnx, report):
     """The page's cache: every call's k and v concatenated equal every layer's K and V in kvlib's KVCache after
     the same calls, and the last step's weights equal a Trace of kvlib's same step (its [nh, 1, P + 1] row)."""
     model, sess, text = webmodel.stored(tiny), webmodel.session(tiny_onnx), webmodel.HELD_OUT[1]
-    cache, ids = model.new_cache(), model.encode(text)
-    c = model.config
-    past_k = past_v = webmodel.empty_past(c)
-    new = ids
+    cache, new, c = model.new_cache(), model.encode(text), model.config
+    past = webmodel.empty_past(c)
     for _ in range(4):
-        p = past_k.shape[2]
         trace = Trace()
         logits = model.forward(new, cache=cache, trace=trace)
-        graph = webmodel.run(sess, new, range(p, p + len(new)), past_k, past_v)
-        past_k, past_v = np.concatenate([past_k, graph["k"]], 2), np.concatenate([past_v, graph["v"]], 2)
+        graph = webmodel.run(sess, new, past)
+        past = webmodel.grown(past, graph)
         new = [int(logits[-1].argmax())]
+    past_k, past_v = past
     tol = report[text]["tolerance"]
     assert past_k.shape == (c.n_layer, c.n_kv_head, len(cache), c.head_dim) == past_v.shape
     for i, layer in enumerate(cache.layers):
@@ -105,9 +103,9 @@ def test_a_prefill_split_in_two_equals_it_whole(tiny, tiny_onnx, report):
     """T > 1 with P > 0 (the page's second request, reusing a cached prefix): the second part's rows equal the
     whole prefill's same rows."""
     sess, ids = webmodel.session(tiny_onnx), tiny.encode(webmodel.HELD_OUT[2])
-    whole = webmodel.run(sess, ids, range(len(ids)), *[webmodel.empty_past(tiny.config)] * 2)
-    head = webmodel.run(sess, ids[:5], range(5), *[webmodel.empty_past(tiny.config)] * 2)
-    tail = webmodel.run(sess, ids[5:], range(5, len(ids)), head["k"], head["v"])
+    whole = webmodel.run(sess, ids, webmodel.empty_past(tiny.config))
+    head = webmodel.run(sess, ids[:5], webmodel.empty_past(tiny.config))
+    tail = webmodel.run(sess, ids[5:], (head["k"], head["v"]))  # positions 5.. follow the 5 held
     tol = report[webmodel.HELD_OUT[2]]["tolerance"]  # each within it of kvlib, so within twice it of each other
     assert np.abs(tail["logits"] - whole["logits"][5:]).max() <= 2 * tol["logits"]
     assert np.abs(tail["weights"] - whole["weights"][:, :, 5:]).max() <= 2 * tol["weights"]
@@ -115,9 +113,13 @@ def test_a_prefill_split_in_two_equals_it_whole(tiny, tiny_onnx, report):
     assert np.abs(tail["v"] - whole["v"][:, :, 5:]).max() <= 2 * tol["v"]
 
 
-def test_bad_storage_says_what_to_pass(tiny, tmp_path):
+def test_bad_input_says_what_to_do(tiny, tmp_path):
     with pytest.raises(KVLibError, match="fp16, fp32 or int8"):
         webmodel.export(tiny, tmp_path / "x.onnx", storage="fp8")
+    with pytest.raises(KVLibError, match="python -m kvlib.webmodel"):
+        webmodel.check(tiny, tmp_path / "missing.onnx")
+    with pytest.raises(KVLibError, match="agreement"):
+        webmodel.stored(tiny, "int8")
 
 
 def test_smollm2_int8_agrees_with_kvlib(smollm2, tmp_path):
