@@ -130,3 +130,14 @@ def test_smollm2_int8_agrees_with_kvlib(smollm2, tmp_path):
     print(f"SmolLM2 {webmodel.STORAGE['smollm2']}: {size:,} bytes; greedy next token equal on {next_tokens} of "
           f"{len(report)} prompts, 8-token answers on {answers}")
     assert next_tokens >= webmodel.AGREES["next_token"] and answers >= webmodel.AGREES["answer"]
+
+
+def test_the_llama_family_exports_within_the_bound(small_llama, tmp_path):
+    """llama.llama's path (RMSNorm, RoPE, grouped K/V heads, an untied output head) on a small random Llama:
+    the same bound, prefill and cached steps, and the cache the page gets has its nkv heads, not nh."""
+    path, _ = webmodel.export(small_llama, tmp_path / "llama.onnx")
+    report = webmodel.check(webmodel.stored(small_llama), path, steps=3)
+    assert all(r["within"] for r in report.values()), report
+    graph = webmodel.run(webmodel.session(path), small_llama.encode("a b c"), webmodel.empty_past(small_llama.config))
+    c = small_llama.config
+    assert c.n_kv_head < c.n_head and graph["k"].shape[1] == c.n_kv_head and graph["weights"].shape[1] == c.n_head
