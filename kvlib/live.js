@@ -171,6 +171,7 @@
   const once = {};
   const memo = (key, f) => (once[key] ??= f().catch((err) => { delete once[key]; throw err; }));
 
+  const reader = async (Tokenizer, data) => new Tokenizer(await json(data.tokenizer), data.tokenizer_config);
   const tokenizers = () => memo("tokenizers", () => timedLoad("@huggingface/tokenizers", cfg.files["tokenizers.js"],
     async () => blobImport(await unpack((await script("tokenizers.js")).module))));
   const ort = () => memo("ort", () => timedLoad(W.runtime, cfg.files["runtime.js"], async () => {
@@ -182,7 +183,7 @@
   const gpt2 = () => memo("gpt2", async () => {
     const { Tokenizer } = await tokenizers();
     return timedLoad(fill(W.tokenizer, { name: "GPT-2" }), cfg.files["gpt2-tokenizer.js"], async () =>
-      new Tokenizer(await json((await script("gpt2-tokenizer.js")).tokenizer), {}));
+      reader(Tokenizer, await script("gpt2-tokenizer.js")));
   });
 
   // a page model: its shape (webmodel.describe), its tokenizer, what a step without a cache recomputes
@@ -192,7 +193,7 @@
     const entry = cfg.models[name];
     const data = await timedLoad(fill(W.tokenizer, { name }), cfg.files[entry.script], () => script(entry.script));
     return { name, entry, shape: data.shape, wasted: data.wasted_macs, gridTokens: data.grid_tokens,
-             tokenizer: new Tokenizer(await json(data.tokenizer), {}) };
+             tokenizer: await reader(Tokenizer, data) };
   });
   const session = (m) => memo(`session:${m.name}`, async () => {
     const rt = await ort();

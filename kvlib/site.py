@@ -385,6 +385,14 @@ def live_script(file, data):
     return f"(window.kvLiveFiles ??= {{}})[{json.dumps(file)}] = {json.dumps(data, ensure_ascii=False)};\n"
 
 
+def tokenizer(tok):
+    """A Hugging Face tokenizer as the page reads it with @huggingface/tokenizers: the very tokenizer.json kvlib's
+    tokenizer runs, and the one setting its decode reads from the tokenizer's config (whose default there is
+    otherwise True: " ." would decode as ".")."""
+    return {"tokenizer": packed(tok.backend_tokenizer.to_str().encode()),
+            "tokenizer_config": {"clean_up_tokenization_spaces": bool(tok.clean_up_tokenization_spaces)}}
+
+
 def page_model(name):
     """A page model's files for site/live/: {file: text or a path to copy} and its entry in the manifest. tiny's
     graph is inlined (a page from file:// runs it); a bigger one (SmolLM2) stays a plain .onnx, fetched over http."""
@@ -407,9 +415,8 @@ def page_model(name):
     # the most tokens an attention grid of this model draws: one layer's weights within a view's data, as AttentionGrid
     # sends them (views.attention.layer_bytes, with the room it leaves for the rest)
     grid = max(n for n in range(1, c.n_ctx + 1) if layer_bytes(c.n_head, n) <= MAX_STATE_BYTES - 1000)
-    files[f"{name}.js"] = live_script(f"{name}.js", {
-        "shape": webmodel.describe(model), "tokenizer": packed(model.tokenizer.backend_tokenizer.to_str().encode()),
-        "wasted_macs": wasted, "grid_tokens": grid})
+    files[f"{name}.js"] = live_script(f"{name}.js", {"shape": webmodel.describe(model), **tokenizer(model.tokenizer),
+                                                      "wasted_macs": wasted, "grid_tokens": grid})
     return files
 
 
@@ -437,7 +444,7 @@ def write_live(out, models=None):
         "runtime.js": live_script("runtime.js", {k: packed(p.read_bytes()) for k, p in RUNTIME.items()}),
         "tokenizers.js": live_script("tokenizers.js", {"module": packed(TOKENIZERS.read_bytes())}),
         "gpt2-tokenizer.js": live_script("gpt2-tokenizer.js", {
-            "tokenizer": packed(gpt2_tokenizer().backend_tokenizer.to_str().encode())})}), "models": {}}
+            **tokenizer(gpt2_tokenizer())})}), "models": {}}
     for name in models or ["tiny"] + (["smollm2"] if local_dir("smollm2") else []):
         size = write(page_model(name))
         manifest["files"] |= size
