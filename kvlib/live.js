@@ -331,12 +331,16 @@
     const status = h("div", { class: "kv-live-status", "data-state": "idle", role: "status" });
     const ready = h("div", { class: "kv-live-loaded" }), result = h("div", { class: "kv-live-result" });
     const run = h("button", { type: "button", class: "kv-live-run" }, label);
-    const big = cfg.models.smollm2;
-    const smol = big && h("button", { type: "button", class: "kv-live-smollm2" }, fill(W.smollm2, { mb: mb(big.bytes) }));
+    // where the site has more than one page model (SmolLM2 beside tiny): a button each for the others, which runs
+    // the panel on that model and makes it the one every panel runs
+    const models = Object.entries(cfg.models);
+    const switches = models.length < 2 ? [] : models.map(([name, entry]) => h("button",
+      { type: "button", class: `kv-live-${name} kv-live-switch`, "data-model": name }, fill(W[name] ?? W.use, { model: name, mb: mb(entry.bytes) })));
     const which = h("span", { class: "kv-live-which" }, fill(W.model_now, { model: window.kvLive.model }));
     el.dataset.runs = "0";
     el.replaceChildren(h("div", { class: "kv-live-title" }, W.title), ...inputs,
-                       h("div", { class: "kv-live-row" }, run, which, smol || null), ready, status, result);
+                       h("div", { class: "kv-live-row" }, run, which, ...switches), ready, status, result);
+    showSwitches();
     const say = (state, text) => {
       status.dataset.state = state;
       status.replaceChildren(state === "error" ? h("span", { class: "kv-live-error", role: "alert" }, text) : text);
@@ -352,6 +356,7 @@
         await go(m, say, result);
         window.kvLive.model = el.dataset.model = m.name;
         for (const w of document.querySelectorAll(".kv-live-which")) w.textContent = fill(W.model_now, { model: m.name });
+        showSwitches();
         el.dataset.runs = String(+el.dataset.runs + 1);
         app(el).dataset.kvShows = "live";  // the app's recorded controls and note no longer describe what it shows
         say("done", fill(W.done, { model: m.name }));
@@ -366,8 +371,11 @@
     for (const input of inputs.map((i) => i.querySelector("input")).filter(Boolean)) {
       input.addEventListener("keydown", (e) => e.key === "Enter" && start());
     }
-    smol?.addEventListener("click", () => (location.protocol === "file:"  // a page from the disk may not fetch it
-      ? say("error", fill(W.smollm2_file, { mb: mb(big.bytes) })) : start("smollm2")));
+    for (const button of switches) {
+      const name = button.dataset.model, entry = cfg.models[name];
+      button.addEventListener("click", () => (!entry.inline && location.protocol === "file:"  // the disk's page may not fetch it
+        ? say("error", fill(W.needs_http, { model: name, mb: mb(entry.bytes) })) : start(name)));
+    }
     return {
       ready(m) {  // the model runs: what loading it took, said once per panel and model
         if (ready.dataset.model === m.name) return;
@@ -375,6 +383,9 @@
         ready.textContent = fill(W.ready, { model: m.name, mb: mb(loaded.ready.bytes), s: loaded.ready.seconds.toFixed(1) });
       },
     };
+  }
+  function showSwitches() {  // every panel's button for another model; none for the one it runs now
+    for (const b of document.querySelectorAll(".kv-live-switch")) b.hidden = b.dataset.model === window.kvLive.model;
   }
   const textBox = (value, attrs = {}) => h("textarea", { class: "kv-live-text", rows: 3, ...attrs }, value);
   const labelled = (text, control) => h("label", { class: "kv-live-row" }, h("span", { class: "kv-live-label" }, text), control);

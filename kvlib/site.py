@@ -91,10 +91,10 @@ WORDS = {
                          "the site again, or open this page inside the folder it was built in.",
                "missing": "the file is missing or could not be read", "empty_file": "it holds nothing this page can use",
                "fetch_failed": "the server answered {status}", "broke": "The model in the page failed: {error}",
-               "smollm2": "Load SmolLM2 ({mb} MB)",
-               "smollm2_file": "SmolLM2 loads only when the site is served over http (a page opened from the disk may "
-                               "not fetch its {mb} MB file): python -m http.server -d site, then open "
-                               "http://localhost:8000/.",
+               "smollm2": "Load SmolLM2 ({mb} MB)", "use": "Back to {model} ({mb} MB)",
+               "needs_http": "{model} loads only when the site is served over http (a page opened from the disk may "
+                             "not fetch its {mb} MB file): python -m http.server -d site, then open "
+                             "http://localhost:8000/.",
                "model_now": "model: {model}", "recorded": "Recorded output of the notebook's run. The panel above runs "
                                                          "the model in this page on your own text.",
                "text": "Your text", "tokenize": "Tokenize",
@@ -146,9 +146,9 @@ WORDS = {
                          "请重新生成网站，或者在生成网站的那个文件夹里打开这个页面。",
                "missing": "文件不存在或读不出来", "empty_file": "里面没有这个页面能用的内容",
                "fetch_failed": "服务器返回 {status}", "broke": "页面里的模型出错了：{error}",
-               "smollm2": "加载 SmolLM2（{mb} MB）",
-               "smollm2_file": "只有通过 http 访问网站时才能加载 SmolLM2（从磁盘直接打开的页面不能下载它那个 {mb} MB "
-                               "的文件）：运行 python -m http.server -d site，再打开 http://localhost:8000/。",
+               "smollm2": "加载 SmolLM2（{mb} MB）", "use": "换回 {model}（{mb} MB）",
+               "needs_http": "只有通过 http 访问网站时才能加载 {model}（从磁盘直接打开的页面不能下载它那个 {mb} MB "
+                             "的文件）：运行 python -m http.server -d site，再打开 http://localhost:8000/。",
                "model_now": "模型：{model}", "recorded": "这是 notebook 运行时录下来的输出。上方的面板在这个页面里运行模型，"
                                                        "读你自己输入的文本。",
                "text": "你的文本", "tokenize": "分词",
