@@ -200,7 +200,9 @@
     const bytes = await timedLoad(fill(W.the_model, { model: m.name }), cfg.files[m.entry.graph], async () => {
       if (m.entry.inline) return unpack((await script(m.entry.graph)).onnx);
       const answer = await fetch(cfg.dir + m.entry.graph);  // over http only: the button says so from file://
-      if (!answer.ok) throw new Said(fill(W.failed, { file: cfg.dir + m.entry.graph, why: fill(W.fetch_failed, { status: answer.status }) }));
+      if (!answer.ok) {
+        throw new Said(fill(W.failed, { file: cfg.dir + m.entry.graph, why: fill(W.fetch_failed, { status: answer.status }) }));
+      }
       return new Uint8Array(await answer.arrayBuffer());
     });
     const run = await rt.InferenceSession.create(bytes);
@@ -212,14 +214,15 @@
 
   const encode = (m, text) => m.tokenizer.encode(text).ids;
   // Model.decode: a piece per id; an id past the tokenizer's vocabulary shows as <id>
-  const decode = (m, ids) => ids.map((i) => (m.tokenizer.id_to_token(i) === undefined ? `<${i}>` : m.tokenizer.decode([i]))).join("");
+  const decode = (m, ids) => ids.map((i) => (m.tokenizer.id_to_token(i) === undefined ? `<${i}>` : m.tokenizer.decode([i])))
+    .join("");
   const decodeRun = (m, ids) => m.tokenizer.decode(ids);
   const argmax = (row) => row.reduce((best, x, i) => (x > row[best] ? i : best), 0);  // the first of tied maxima, as torch
 
   // the KV cache: per layer, K and V [nkv, P, hs] as Float32Arrays holding exactly the tokens cached
   function emptyCache(m) {
-    const L = m.shape.n_layer;
-    return { length: 0, k: Array.from({ length: L }, () => new Float32Array(0)), v: Array.from({ length: L }, () => new Float32Array(0)) };
+    const none = () => Array.from({ length: m.shape.n_layer }, () => new Float32Array(0));
+    return { length: 0, k: none(), v: none() };
   }
   const nbytes = (cache) => cache.k.reduce((n, k, l) => n + k.byteLength + cache.v[l].byteLength, 0);
   // [L, nkv, T, hs] new rows appended to each layer's [nkv, P, hs] -> the cache holding P + T tokens
@@ -255,42 +258,45 @@
     return { logits: out.logits.data, weights: out.weights.data, T, cache: appended(m, cache, out.k.data, out.v.data, T) };
   }
   const lastRow = (m, out) => out.logits.subarray((out.T - 1) * m.shape.vocab, out.T * m.shape.vocab);
-  // a full run's weights [L, nh, n, n] -> nested arrays of row i, column j
-  const grid = (m, w, n, digits) => Array.from({ length: m.shape.n_layer }, (_, l) => Array.from({ length: m.shape.n_head }, (_, hd) =>
-    Array.from({ length: n }, (_, i) => Array.from(w.subarray(((l * m.shape.n_head + hd) * n + i) * n, ((l * m.shape.n_head + hd) * n + i + 1) * n),
-      (x) => (digits === undefined ? x : round(x, digits))))));
+  // a whole text's weights [L, nh, n, n] -> nested arrays [layer][head][row][column], rounded to `digits` if given
+  function grid(m, w, n, digits) {
+    const { n_layer: L, n_head: nh } = m.shape, row = (lh, i) => w.subarray((lh * n + i) * n, (lh * n + i + 1) * n);
+    return Array.from({ length: L }, (_, l) => Array.from({ length: nh }, (_, hd) => Array.from({ length: n }, (_, i) =>
+      Array.from(row(l * nh + hd, i), (x) => (digits === undefined ? x : round(x, digits))))));
+  }
 
   // ---- the views' data, as their Python side builds it ----------------------------------------------------
 
-  // views.Tokens.data: a strip's chips, its title and link (tokenization.chunks: an empty text is refused)
-  function tokensData(tok, name, text, link) {
+  // views.Tokens.data: a strip's chips, its title and link
+  function tokensData(tok, name, text) {
     const chunks = tok.encode(text).ids.map((id) => ({ id, bytes: tokenBytes(tok, id) }));
     const texts = chunks.map((c) => chunkText(c.bytes));
     return {
       title: fill(T["strip.title"], { name, tokens: chunks.length, chars: [...text].length, bytes: utf8(text).length }),
-      link: link ?? linkFor(texts),
+      link: linkFor(texts),
       tokens: chunks.map((c, k) => ({ text: texts[k], id: c.id, bytes: hex(c.bytes, " "), pos: k })),
     };
   }
 
-  // views.AttentionGrid.of: every layer's and head's weights of one run, 3 decimals (all layers: no kernel to ask)
-  function attentionData(m, ids, weights, { promptLen = ids.length, notes = [], title, layer = 0, head = 0, step = 0 } = {}) {
+  // views.AttentionGrid.of (layer 0, head 0 first): every layer's and head's weights of one run, 3 decimals; all
+  // layers, as there is no kernel to ask for one later. step: the step shown first
+  function attentionData(m, ids, weights, { promptLen = ids.length, notes = [], title, step = 0 } = {}) {
     const tokens = ids.map((i) => decode(m, [i]));
     return { title: title ?? fill(T["att.title"], { model: m.name, tokens: tokens.length }), tokens,
-             weights: grid(m, weights, ids.length, 3), prompt_len: promptLen, step, layer, head, notes,
+             weights: grid(m, weights, ids.length, 3), prompt_len: promptLen, step, layer: 0, head: 0, notes,
              link: linkFor(tokens.slice(0, promptLen)) };
   }
 
-  // views.CacheGrowth.of after `steps` steps: bytes measured on the cache's own arrays at each step, the first 8
-  // numbers of each K and V row of KV head 0, 2 decimals
+  // views.CacheGrowth.of at step `step`: held, the ids the cache holds; fed, the tokens each step fed; measured, the
+  // bytes of the cache's own arrays after each step; each K and V row's first 8 numbers of KV head 0, 2 decimals
   function cacheData(m, held, fed, measured, cache, step) {
-    const { n_layer: L, n_kv_head: nkv, head_dim: hs } = m.shape, P = cache.length, preview = Math.min(8, hs);
-    const rows = (a) => Array.from({ length: held.length }, (_, t) => Array.from(a.subarray(t * hs, t * hs + preview), (x) => round(x, 2)));
+    const { n_layer: L, n_kv_head: nkv, head_dim: hs } = m.shape, preview = Math.min(8, hs);
+    const rows = (a) => Array.from({ length: held.length }, (_, t) =>  // KV head 0's rows come first
+      Array.from(a.subarray(t * hs, t * hs + preview), (x) => round(x, 2)));
     const tokens = held.map((i) => decode(m, [i]));
     return { model_name: m.name, tokens, fed, nbytes: measured.map((s) => s.total), layer_nbytes: measured.map((s) => s.layers),
              shape: { n_layer: L, n_kv_head: nkv, head_dim: hs, bytes_per_number: cache.k[0].BYTES_PER_ELEMENT, preview },
-             k_rows: cache.k.map((k) => rows(k.subarray(0, P * hs))), v_rows: cache.v.map((v) => rows(v.subarray(0, P * hs))),
-             step, link: linkFor(tokens.slice(0, fed[0])) };
+             k_rows: cache.k.map(rows), v_rows: cache.v.map(rows), step, link: linkFor(tokens.slice(0, fed[0])) };
   }
   const measure = (cache) => ({ total: nbytes(cache), layers: cache.k.map((k, l) => k.byteLength + cache.v[l].byteLength) });
 
@@ -334,8 +340,9 @@
     // where the site has more than one page model (SmolLM2 beside tiny): a button each for the others, which runs
     // the panel on that model and makes it the one every panel runs
     const models = Object.entries(cfg.models);
-    const switches = models.length < 2 ? [] : models.map(([name, entry]) => h("button",
-      { type: "button", class: `kv-live-${name} kv-live-switch`, "data-model": name }, fill(W[name] ?? W.use, { model: name, mb: mb(entry.bytes) })));
+    const switches = models.length < 2 ? [] : models.map(([name, entry]) => h("button", {
+      type: "button", class: `kv-live-${name} kv-live-switch`, "data-model": name,
+    }, fill(W[name] ?? W.use, { model: name, mb: mb(entry.bytes) })));
     const which = h("span", { class: "kv-live-which" }, fill(W.model_now, { model: window.kvLive.model }));
     el.dataset.runs = "0";
     el.replaceChildren(h("div", { class: "kv-live-title" }, W.title), ...inputs,
@@ -531,8 +538,8 @@
         rows.push({ label, tenant: W.tenant, at, input: ids.length, cached, written: (keys.length - hits) * B.size,
                     ms: round(run.ms, 1), cost: cached * B.read + ids.length - cached, gone: 0,  // pricing.billed, automatic
                     tail: ids.length - spans.length * B.size,
-                    blocks: spans.map(([a, e], d) => ({ state: d < hits ? "hit" : "written", start: a, end: e, text: decodeRun(m, ids.slice(a, e)),
-                                                        hash: keys[d].slice(0, 16), then: null, key: keys[d] })) });
+                    blocks: spans.map(([a, e], d) => ({ state: d < hits ? "hit" : "written", start: a, end: e, then: null,
+                                                        text: decodeRun(m, ids.slice(a, e)), hash: keys[d].slice(0, 16), key: keys[d] })) });
         sent.push({ ids, hits: keys.slice(0, hits) });
       }
       const held = [...pc.index.values()].reduce((n, b) => n + b.k.reduce((a, k, l) => a + k.byteLength + b.v[l].byteLength, 0), 0);
@@ -553,8 +560,9 @@
       Object.assign(result.dataset, { reused, shared: shared < 0 ? Math.min(first.ids.length, second.ids.length) : shared,
                                       coldMs: coldMs.toFixed(2), warmMs: warmMs.toFixed(2), same: String(parts < 0) });
       const said = (ids) => JSON.stringify(decodeRun(m, ids));
-      result.textContent = fill(W.sent, { reused, n: second.ids.length, blocks: second.hits.length, size: B.size, shared: result.dataset.shared,
-        k: 3, cold: ms(coldMs), warm: ms(warmMs), new: answerLength,
+      result.textContent = fill(W.sent, {
+        reused, n: second.ids.length, blocks: second.hits.length, size: B.size, shared: result.dataset.shared, k: 3,
+        cold: ms(coldMs), warm: ms(warmMs), new: answerLength,
         same: parts < 0 ? fill(W.same, { answer: said(answers.warm) })
           : fill(W.differs, { i: parts, answer: said(answers.warm), cold_answer: said(answers.cold) }) });
       window.kvLive.last.blocks = { prompts, reused, cold: coldMs, warm: warmMs, answers, requests: rows };
