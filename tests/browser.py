@@ -3,6 +3,7 @@ tests share, and a tool to look at a notebook's views by hand:
 
     .venv/bin/python tests/browser.py notebooks/05_kv_cache.ipynb   # runs it, screenshots every view
     .venv/bin/python tests/browser.py --readme                      # the README's pictures, into docs/pictures
+    .venv/bin/python tests/browser.py --live                        # the live pages' bytes and speed, measured
 
 Every page records what it asks the network for (nothing may leave 127.0.0.1) and what it
 sends the kernel (a view that switches in the browser sends nothing).
@@ -371,6 +372,124 @@ def pictures(out=PICTURES):
             print(f"{out / name}.png")
 
 
+# ---- the site's live pages (kvlib/site.py, kvlib/live.js) ------------------------------------------------
+
+EXAMPLE = "The king is dead"  # the recorded run's text; the tests type others
+APPS = [
+    ("markdown", "# Live\n\nThe apps a page can run itself.\n\n**Time:** a minute."),
+    ("code", "import kvlib\nfrom kvlib import views, widgets\nfrom kvlib.prompt_cache import ManualClock\n"
+             "model = kvlib.load_model('tiny')"),
+    ("code", f"widgets.Tokens(model, {EXAMPLE!r})"),
+    ("code", f"widgets.AttentionExplorer(model, {EXAMPLE!r})"),
+    ("code", f"widgets.GridFilling(model, {EXAMPLE!r}, new_tokens=4)"),
+    ("code", f"views.CacheGrowth.of(model, {EXAMPLE!r}, new_tokens=4)"),
+    ("code", "pc = kvlib.PromptCache(model, block_size=16, ttl_seconds=300, clock=ManualClock())\n"
+             "system = 'You are Puck, a sprite. Answer in verse, as Shakespeare would. ' * 3\n"
+             "stream = widgets.PromptCacheStream(pc, [('q1', 'acme', system + 'Who art thou?')])\n"
+             "stream.send()\nstream"),
+]
+
+
+def live_site(root, models=True):
+    """APPS as a notebook in English and in Chinese, executed and exported as live pages (site.export(live=models):
+    True for tiny and SmolLM2 where it is on disk) into root/site; -> that folder."""
+    import nbformat
+
+    from kvlib import site
+
+    def notebook(folder, lang=None):  # a translation's sets its language first
+        first = [("code", f"import kvlib\nkvlib.set_language({lang!r})")] if lang else []
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(s) if kind == "markdown" else
+                                             nbformat.v4.new_code_cell(s) for kind, s in first + APPS])
+        folder.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, folder / "live.ipynb")
+        return folder / "live.ipynb"
+
+    executed = [site.execute(notebook(root / "nb"), root / "executed"),
+                site.execute(notebook(root / "nb" / "zh", "zh"), root / "executed" / "zh")]
+    site.export(executed, root / "site", live=models)
+    return root / "site"
+
+
+@contextlib.contextmanager
+def served(root):
+    """root served over HTTP on 127.0.0.1 by the standard library's server, as `python -m http.server` does."""
+    import threading
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join()
+
+
+def text_of(model, n, source="To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer "
+                            "the slings and arrows of outrageous fortune, or to take arms against a sea of troubles"):
+    """The longest start of `source`, cut at a character, that `model` reads as at most n tokens (n exactly, for
+    this source and the course's models)."""
+    cut = max(k for k in range(len(source) + 1) if len(model.encode(source[:k])) <= n)
+    return source[:cut]
+
+
+def live_figures(root):
+    """Measured, not asserted: what a learner downloads for a live page and how fast the page's model runs in
+    Chromium here, beside kvlib in Python on the same machine (python tests/browser.py --live)."""
+    import torch
+
+    import kvlib
+    from kvlib.measure import one_thread, timed
+
+    site = live_site(root)
+    sizes = {p.name: p.stat().st_size for p in (site / "live").iterdir()}
+    page_bytes = (site / "live.html").stat().st_size
+    common = sizes["runtime.js"] + sizes["tokenizers.js"]
+    print(f"a live page: {page_bytes / 1e6:.1f} MB of page (its prose, figures and recorded views), then for the model "
+          f"{(common + sizes['tiny.js'] + sizes['tiny.onnx.js']) / 1e6:.1f} MB for tiny (runtime {sizes['runtime.js'] / 1e6:.1f}, "
+          f"tokenizer library {sizes['tokenizers.js'] / 1e6:.2f}, tiny's graph {sizes['tiny.onnx.js'] / 1e6:.1f}, its "
+          f"tokenizer and shape {sizes['tiny.js'] / 1e6:.2f}); GPT-2's tokenizer {sizes['gpt2-tokenizer.js'] / 1e6:.1f} "
+          f"more on page 02" + (f"; SmolLM2 {(sizes['smollm2.js'] + sizes['smollm2.onnx']) / 1e6:.0f} MB more"
+                                 if "smollm2.onnx" in sizes else ""))
+    with chromium() as browser, served(site) as url:
+        for name in ["tiny"] + (["smollm2"] if "smollm2.onnx" in sizes else []):
+            model = kvlib.load_model(name, device="cpu")
+            page = browser.new_page()
+            page.goto(f"{url}/live.html")
+            drawn = page.evaluate("window.kvSite.drawn.then(() => performance.now())")
+            panel = page.locator(".kv-live[data-kv-live=cache]")
+            panel.locator(".kv-live-text").fill(text_of(model, 30))
+            panel.locator("input.kv-live-new").fill("2")  # 30 tokens + 1 fed: the step recomputed reads 32
+            t = time.perf_counter()
+            panel.locator("button.kv-live-smollm2" if name == "smollm2" else "button.kv-live-run").click()
+            status = panel.locator(".kv-live-status")  # "step 1 of 1" is said once step 0's views are drawn
+            page.wait_for_function("s => / 1 of 1/.test(s.textContent)", arg=status.element_handle(), timeout=600_000)
+            first = time.perf_counter() - t
+            page.wait_for_function("p => +p.dataset.runs > 0", arg=panel.element_handle(), timeout=600_000)
+            result = panel.locator(".kv-live-result")
+            prefill, step = float(result.get_attribute("data-full-ms")), float(result.get_attribute("data-cached-ms"))
+            ids = model.encode(text_of(model, 30))
+            ids = ids + kvlib.generate(model, ids, 2, stop_at_eos=False).ids  # the 32 tokens the page read
+            with torch.no_grad(), one_thread():  # as the page's WASM runs: one thread
+                py_prefill = min(timed(lambda: model.forward(ids))[1] for _ in range(4)) * 1e3  # the first warms up
+                cache, steps = model.new_cache(), []
+                model.forward(ids[:-1], cache=cache)
+                for _ in range(4):  # the step, then the cache cropped back to the 31 tokens before it
+                    steps.append(timed(lambda: model.forward(ids[-1:], cache=cache))[1])
+                    cache.crop(len(ids) - 1)
+                py_step = min(steps) * 1e3
+            print(f"{name}: the page's recorded views drawn {drawn / 1e3:.1f} s after opening; from the first press "
+                  f"to the first live picture {first:.1f} s ({panel.locator('.kv-live-loaded').inner_text()}). One "
+                  f"thread each, best of 3 after a warm-up: a prefill of {len(ids)} tokens {prefill:.1f} ms in "
+                  f"Chromium (WASM), {py_prefill:.1f} ms in kvlib (torch), the page taking {prefill / py_prefill:.2g}x "
+                  f"kvlib's time; one cached decode step {step:.1f} ms against {py_step:.1f} ms, "
+                  f"{step / py_step:.2g}x")
+            page.close()
+
+
 def main(paths):
     """Run notebooks in the browser and screenshot each view (to $KVLIB_SCREENSHOTS or .screenshots)."""
     import tempfile
@@ -388,5 +507,13 @@ def main(paths):
                 page.close()
 
 
-if __name__ == "__main__":  # `--readme`: the README's pictures (docs/pictures), else the notebooks named
-    pictures() if sys.argv[1:] == ["--readme"] else main(sys.argv[1:])
+if __name__ == "__main__":  # `--readme`: the README's pictures (docs/pictures); `--live`: the live pages' figures
+    if sys.argv[1:] == ["--readme"]:
+        pictures()
+    elif sys.argv[1:] == ["--live"]:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            live_figures(Path(tmp))
+    else:
+        main(sys.argv[1:])

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 import kvlib
-from browser import CACHE_ROWS, GRID_ROWS, chromium
+from browser import CACHE_ROWS, EXAMPLE, GRID_ROWS, chromium, live_site, served
 from kvlib import site, views
-from test_site import OFFLINE, check_offline, open_offline, served
+from test_site import OFFLINE, check_offline, open_offline
 
 PROMPT, NEW = "Mary had a little", 5
 
@@ -61,7 +61,7 @@ def test_the_cache_views_bytes_follow_the_datas_bytes_per_number(browser, tmp_pa
     runs, named = {}, {}
     for dtype in ("float32", "float16"):
         model = kvlib.load_model("tiny", dtype=dtype)
-        ids, cache, sizes, feed = model.encode(PROMPT), model.new_cache(), [], model.encode(PROMPT)
+        cache, sizes, feed = model.new_cache(), [], model.encode(PROMPT)
         for _ in range(NEW):  # greedy, reading the arrays after every step: the view's run, done apart
             token = int(model.forward(feed, cache=cache)[-1].argmax())
             sizes.append(held_bytes(cache))
@@ -89,43 +89,17 @@ def test_the_cache_views_bytes_follow_the_datas_bytes_per_number(browser, tmp_pa
 
 # ---- the live pages ---------------------------------------------------------------------------------------
 
-EXAMPLE = "The king is dead"  # the recorded run's text; the test types others
-APPS = [
-    ("markdown", "# Live\n\nThe apps a page can run itself.\n\n**Time:** a minute."),
-    ("code", "import kvlib\nfrom kvlib import views, widgets\nfrom kvlib.prompt_cache import ManualClock\n"
-             "model = kvlib.load_model('tiny')"),
-    ("code", f"widgets.Tokens(model, {EXAMPLE!r})"),
-    ("code", f"widgets.AttentionExplorer(model, {EXAMPLE!r})"),
-    ("code", f"widgets.GridFilling(model, {EXAMPLE!r}, new_tokens=4)"),
-    ("code", f"views.CacheGrowth.of(model, {EXAMPLE!r}, new_tokens=4)"),
-    ("code", "pc = kvlib.PromptCache(model, block_size=16, ttl_seconds=300, clock=ManualClock())\n"
-             "system = 'You are Puck, a sprite. Answer in verse, as Shakespeare would. ' * 3\n"
-             "stream = widgets.PromptCacheStream(pc, [('q1', 'acme', system + 'Who art thou?')])\n"
-             "stream.send()\nstream"),
-]
 PLAYED = "To be, or not to be, that is the question", 6  # page 05's prompt and new tokens
 # two requests sharing a long prefix (past one block of 16), as notebook 6's system prompt
 SYSTEM = "You are Puck, a helpful sprite. Answer in verse, briefly, as Shakespeare would. " * 2
 REQUESTS = SYSTEM + "Who art thou?", SYSTEM + "Where is Oberon?"
 
 
-def notebook(folder, cells, lang=None):  # -> the notebook's path; a translation's sets its language first
-    first = [("code", f"import kvlib\nkvlib.set_language({lang!r})")] if lang else []
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(s) if kind == "markdown" else
-                                         nbformat.v4.new_code_cell(s) for kind, s in first + cells])
-    folder.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, folder / "live.ipynb")
-    return folder / "live.ipynb"
-
-
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    """The apps' notebook in English and in Chinese, executed and exported as live pages: -> the site's folder."""
-    root = tmp_path_factory.mktemp("live")
-    executed = [site.execute(notebook(root / "nb", APPS), root / "executed"),
-                site.execute(notebook(root / "nb" / "zh", APPS, "zh"), root / "executed" / "zh")]
-    site.export(executed, root / "site", live=True)
-    return root / "site"
+    """browser.APPS in English and in Chinese, executed and exported as live pages (tiny, and SmolLM2 where it is
+    on disk): -> the site's folder."""
+    return live_site(tmp_path_factory.mktemp("live"))
 
 
 @pytest.fixture(scope="module")
@@ -309,10 +283,8 @@ def test_bad_input_is_said_in_the_page_and_the_views_keep_working(browser, live,
 
 @pytest.mark.slow
 def test_smollm2_in_the_page_over_http(browser, live, smollm2):
-    """Served over http, a page loads SmolLM2's quantized graph and answers a prompt greedily as kvlib does
-    (webmodel.AGREES: the prompts where the 8-bit graph and kvlib's fp32 answers agree, as measured)."""
-    from kvlib import webmodel
-
+    """Served over http, a page loads SmolLM2's 8-bit graph and answers a prompt greedily token for token as kvlib's
+    fp32 SmolLM2 does (on held-out prompts the two agree as webmodel.AGREES states; this one is a fact it knows)."""
     assert (live / "live" / "smollm2.onnx").exists(), "make site exports SmolLM2 where it is on disk"
     prompt, new = "The capital of France is", 4
     with served(live) as url:

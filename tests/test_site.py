@@ -6,13 +6,9 @@ Here on a small notebook executed in the test (seconds, on tiny). The whole cour
 builds in minutes, is checked when asked: `KVLIB_SITE=site .venv/bin/python -m pytest tests/test_site.py`.
 """
 
-import contextlib
 import json
 import os
 import re
-import threading
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -20,7 +16,7 @@ import nbformat
 import pytest
 
 from browser import (CACHE_ROWS, GRID_ROWS, README_VIEWS, REPO, Recorder, chromium, drag_across, js_num, play_through,
-                     tip)
+                     served, tip)
 from kvlib import site
 
 PROMPT, NEW = "The king is dead", 4  # the grid and the cache: 4 tokens generated, 3 fed back
@@ -266,19 +262,6 @@ def test_the_readme_shows_the_views_first():
 
 
 SITE = os.environ.get("KVLIB_SITE")
-
-
-@contextlib.contextmanager
-def served(root):
-    """root served over HTTP on 127.0.0.1 by the standard library's server, as `python -m http.server` does."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        thread.join()
 
 
 @pytest.mark.slow
