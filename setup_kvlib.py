@@ -151,6 +151,7 @@ def test(phases):
     printed at the end, for whoever waits."""
     if engine_built() or list(engine_wheels().glob("*.whl")):
         timed(phases, "set-up: SmolLM2", models)
+        timed(phases, "set-up: the live pages' npm packages", web)  # tests/test_live.py builds live pages
         timed(phases, "engine (built before: installed)", engine)
         code = timed(phases, "pytest, every test", pytest)
     else:
@@ -163,6 +164,7 @@ def test(phases):
                                      stderr=subprocess.STDOUT, **({"preexec_fn": lambda: os.nice(10)}
                                                                   if hasattr(os, "nice") else {}))
             timed(phases, "set-up: SmolLM2 (the build beside it)", models)
+            timed(phases, "set-up: the live pages' npm packages", web)
             code = timed(phases, "pytest, the tests that need no engine (the build beside them)",
                          lambda: pytest("-m", "not engine"))
             timed(phases, "waiting for the engine's build to end", build.wait)
