@@ -445,7 +445,7 @@ TEXT = {
     "compression.channel": {"en": "channel", "zh": "逐通道"},
     "compression.full": {"en": "full-precision cache", "zh": "全精度缓存"},
     "compression.window": {"en": "sliding window of {window} + {sinks} sink tokens",
-                           "zh": "{window} 个 token 的滑动窗口 + {sinks} 个 sink token"},
+                           "zh": "{window} 个 token 的滑动窗口 + {sinks} 个注意力汇 token"},
     "speed.report": {"en": "{model}, {n}-token prompt, time to first token (median of runs):",
                      "zh": "{model}，{n} 个 token 的提示词，首 token 时间（多次运行的中位数）："},
     "speed.none": {"en": "no prompt cache", "zh": "不用提示词缓存"},
