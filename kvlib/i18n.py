@@ -457,7 +457,7 @@ TEXT = {
     "speed.slower": {"en": "  warm vs cold: warm was {x}x slower", "zh": "  热缓存对冷缓存：热缓存反而更慢，用的时间是冷缓存的 {x} 倍"},
     "speed.noise": {"en": " (within noise: their runs overlapped)", "zh": "（在误差之内：两者的各次运行有重叠）"},
     "speed.zero_hits": {"en": "  cost of a 0 % hit rate: {cost} over no prompt cache",
-                        "zh": "  命中率 0% 的代价：比不用提示词缓存多用 {cost}"},
+                        "zh": "  命中率 0% 的代价：相对不用提示词缓存 {cost}"},
     "speed.zero_hits_none": {"en": "  cost of a 0 % hit rate: none measured, cold took {less} less than no prompt cache",
                              "zh": "  命中率 0% 的代价：没有测出来，冷缓存反而比不用提示词缓存少用 {less}"},
     "plot.context.measured": {"en": "measured (fastest of several repeats)", "zh": "实测（多次重复中最快的一次）"},

@@ -16,6 +16,7 @@ from .batching import generate_batch
 from . import i18n
 from .errors import KVLibError
 from .measure import bare_matmul_seconds, check_repeats, random_ids, timed
+from .texttable import pad
 
 
 def step_seconds(model, lengths=(32, 64, 128, 256, 512), repeats=3, seed=0):
@@ -117,7 +118,7 @@ def report_prompt_caching(r):
     t, rc, runs = r["seconds"], r["receipt"], r["runs"]
     print(i18n.t("speed.report", model=r["model"], n=r["prompt_len"]))
     for key in PREFILLS:
-        print(f"  {i18n.t(f'speed.{key}'):<32} {t[key] * 1e3:9.1f} ms")
+        print(f"  {pad(i18n.t(f'speed.{key}'), '<', 32)} {t[key] * 1e3:9.1f} ms")  # a Chinese character is two columns
     print(i18n.t("speed.receipt", input=rc.input_tokens, cached=rc.cached_tokens, written=rc.written_tokens))
     ratio = t["cold"] / t["warm"]
     print(i18n.t("speed.faster" if ratio > 1 else "speed.slower", x=f"{max(ratio, 1 / ratio):.1f}")
