@@ -82,7 +82,7 @@ class Architecture:
     head_dim: int       # not always hidden // n_head (Gemma)
     hidden: int
     context: int
-    params: float       # weights, a count (the nominal size in the model's name)
+    params: int         # weights, a count: the real one, not the size in the model's name (params_source says how)
     window: int = None  # sliding-window span of the local layers, in tokens
     pattern: str = "G"  # the layers' repeating pattern: L local (windowed), G global; tiled over n_layer
     mla: tuple = None   # multi-head latent attention: (latent, rope) numbers cached per layer per token
@@ -92,6 +92,7 @@ class Architecture:
     source: str = ""
     date: str = ""
     note: str = ""
+    params_source: str = ""  # where params comes from: the shapes in config.json counted, or the source's own total
 
     @property
     def local_layers(self):  # which layers keep only the last `window` tokens
@@ -110,55 +111,87 @@ def _arch(name, n_layer, n_head, n_kv_head, head_dim, hidden, context, params, s
 def _gpt2(name, n_layer, n_head, hidden, params, repo):  # one K/V head per query head, 1,024 positions
     return _arch(name, n_layer, n_head, n_head, hidden // n_head, hidden, 1024, params,
                  f"huggingface.co/openai-community/{repo}/config.json (Radford et al., 2019)", "2019-02",
-                 vocab=50257, ffn=4 * hidden, family="gpt2")  # n_inner is null in the configs: 4 x hidden
+                 vocab=50257, ffn=4 * hidden, family="gpt2",  # n_inner is null in the configs: 4 x hidden
+                 params_source=_counted("vocabulary 50,257 and 1,024 positions; feed-forward 4 x hidden; biases; "
+                                        "the output layer is the token table"))
+
+
+def _counted(shapes):  # params_source of a count worked out from a released config's shapes
+    return f"counted from config.json's shapes ({shapes}): every weight matrix, bias and norm"
 
 
 _LLAMA3 = "github.com/meta-llama/llama-models models/sku_list.py and the Llama 3 model card"
 _GEMMA = "github.com/google-deepmind/gemma gemma/gm/nn/_gemma.py, and the models' config.json on the hub"
+_LLAMA_SHAPES = ("vocabulary {vocab}; gated feed-forward of {ffn}; two norms per layer; an output layer apart from "
+                 "the token table")
+_GEMMA_SHAPES = ("vocabulary {vocab}; gated feed-forward of {ffn}; four norms per layer; the output layer is the "
+                 "token table")
+_GEMMA3_SHAPES = _GEMMA_SHAPES + ", and a norm of q and of k per layer: the language model alone, without the " \
+                                 "vision encoder the release adds (417M parameters, Gemma 3 technical report, Table 1)"
 CATALOGUE = dict([
-    _gpt2("GPT-2 small", 12, 12, 768, 124e6, "gpt2"),
-    _gpt2("GPT-2 medium", 24, 16, 1024, 355e6, "gpt2-medium"),
-    _gpt2("GPT-2 large", 36, 20, 1280, 774e6, "gpt2-large"),
-    _gpt2("GPT-2 XL", 48, 25, 1600, 1.5e9, "gpt2-xl"),
-    _arch("Llama-2-7B", 32, 32, 32, 128, 4096, 4096, 7e9,
+    _gpt2("GPT-2 small", 12, 12, 768, 124_439_808, "gpt2"),
+    _gpt2("GPT-2 medium", 24, 16, 1024, 354_823_168, "gpt2-medium"),
+    _gpt2("GPT-2 large", 36, 20, 1280, 774_030_080, "gpt2-large"),
+    _gpt2("GPT-2 XL", 48, 25, 1600, 1_557_611_200, "gpt2-xl"),
+    _arch("Llama-2-7B", 32, 32, 32, 128, 4096, 4096, 6_738_415_616,
           "github.com/meta-llama/llama MODEL_CARD.md (only 70B uses GQA) and configs of meta-llama/Llama-2-7b-hf",
-          "2023-07", note="multi-head attention: one K/V head per query head"),
-    _arch("Llama-2-70B", 80, 64, 8, 128, 8192, 4096, 70e9,
-          "github.com/meta-llama/llama MODEL_CARD.md and configs of meta-llama/Llama-2-70b-hf", "2023-07"),
-    _arch("Llama-3-8B", 32, 32, 8, 128, 4096, 8192, 8e9, _LLAMA3, "2024-04-18"),
-    _arch("Llama-3-70B", 80, 64, 8, 128, 8192, 8192, 70e9, _LLAMA3, "2024-04-18"),
-    _arch("Llama-3.1-8B", 32, 32, 8, 128, 4096, 131072, 8e9,
+          "2023-07", note="multi-head attention: one K/V head per query head",
+          params_source=_counted(_LLAMA_SHAPES.format(vocab="32,000", ffn="11,008"))),
+    _arch("Llama-2-70B", 80, 64, 8, 128, 8192, 4096, 68_976_648_192,
+          "github.com/meta-llama/llama MODEL_CARD.md and configs of meta-llama/Llama-2-70b-hf", "2023-07",
+          params_source=_counted(_LLAMA_SHAPES.format(vocab="32,000", ffn="28,672"))),
+    _arch("Llama-3-8B", 32, 32, 8, 128, 4096, 8192, 8_030_261_248, _LLAMA3, "2024-04-18",
+          params_source=_counted(_LLAMA_SHAPES.format(vocab="128,256", ffn="14,336") + " of meta-llama/Meta-Llama-3-8B")),
+    _arch("Llama-3-70B", 80, 64, 8, 128, 8192, 8192, 70_553_706_496, _LLAMA3, "2024-04-18",
+          params_source=_counted(_LLAMA_SHAPES.format(vocab="128,256", ffn="28,672") + " of meta-llama/Meta-Llama-3-70B")),
+    _arch("Llama-3.1-8B", 32, 32, 8, 128, 4096, 131072, 8_030_261_248,
           "github.com/meta-llama/llama-models models/llama3_1/api/sku_list.py (llama3_1_8b: dim 4096, n_layers 32, "
           "n_heads 32, n_kv_heads 8; CONTEXT_LENGTH 131072)", "2024-07-23",
-          note="Llama-3-8B's shape, trained to read 131,072 tokens where Llama-3-8B reads 8,192"),
-    _arch("Llama-3.1-405B", 126, 128, 8, 128, 16384, 131072, 405e9,
-          "github.com/meta-llama/llama-models models/llama3_1/api/sku_list.py", "2024-07"),
-    _arch("Mistral-7B-v0.1", 32, 32, 8, 128, 4096, 32768, 7e9,
+          note="Llama-3-8B's shape, trained to read 131,072 tokens where Llama-3-8B reads 8,192",
+          params_source=_counted(_LLAMA_SHAPES.format(vocab="128,256", ffn="14,336") + " of meta-llama/Llama-3.1-8B")),
+    _arch("Llama-3.1-405B", 126, 128, 8, 128, 16384, 131072, 405_853_388_800,
+          "github.com/meta-llama/llama-models models/llama3_1/api/sku_list.py", "2024-07",
+          params_source=_counted(_LLAMA_SHAPES.format(vocab="128,256", ffn="53,248") + " of meta-llama/Llama-3.1-405B")),
+    _arch("Mistral-7B-v0.1", 32, 32, 8, 128, 4096, 32768, 7_241_732_096,
           "mistralai/Mistral-7B-v0.1 config.json (sliding_window 4096) and transformers' MistralConfig", "2023-09",
-          window=4096, pattern="L", note="every layer keeps a rolling window of 4,096 tokens"),
-    _arch("Falcon-7B", 32, 71, 1, 64, 4544, 2048, 7e9,
+          window=4096, pattern="L", note="every layer keeps a rolling window of 4,096 tokens",
+          params_source=_counted(_LLAMA_SHAPES.format(vocab="32,000", ffn="14,336"))),
+    _arch("Falcon-7B", 32, 71, 1, 64, 4544, 2048, 6_921_720_704,
           "tiiuae/falcon-7b config.json (multi_query: true) and transformers' modeling_falcon.py, which uses one "
-          "K/V head", "2023-05", note="multi-query attention: the config's 71 heads share one K/V head"),
-    _arch("DeepSeek-67B", 95, 64, 8, 128, 8192, 4096, 67e9,
-          "github.com/deepseek-ai/DeepSeek-LLM README.md and configs of deepseek-llm-67b-base", "2023-11"),
-    _arch("DeepSeek-V2", 60, 128, 128, 128, 5120, 131072, 236e9,
+          "K/V head", "2023-05", note="multi-query attention: the config's 71 heads share one K/V head",
+          params_source=_counted("vocabulary 65,024; feed-forward 4 x hidden, no biases; one layer norm per layer, "
+                                 "attention and feed-forward side by side; the output layer is the token table")),
+    _arch("DeepSeek-67B", 95, 64, 8, 128, 8192, 4096, 67_425_001_472,
+          "github.com/deepseek-ai/DeepSeek-LLM README.md and configs of deepseek-llm-67b-base", "2023-11",
+          params_source=_counted(_LLAMA_SHAPES.format(vocab="102,400", ffn="22,016") + " of deepseek-llm-67b-base")),
+    _arch("DeepSeek-V2", 60, 128, 128, 128, 5120, 131072, 236_000_000_000,
           "DeepSeek-V2 technical report (arXiv:2405.04434) Sec. 3.1.2; DeepSeek-V3 repo inference/configs/"
           "config_236B.json", "2024-05-06", mla=(512, 64),
-          note="MLA: one 512-number latent plus a 64-number RoPE key per layer, shared by all 128 heads"),
-    _arch("DeepSeek-V3", 61, 128, 128, 128, 7168, 131072, 671e9,
+          note="MLA: one 512-number latent plus a 64-number RoPE key per layer, shared by all 128 heads",
+          params_source="the DeepSeek-V2 technical report's total (arXiv:2405.04434, abstract: 236B parameters, "
+                        "21B of them activated per token): a mixture of experts, every expert counted"),
+    _arch("DeepSeek-V3", 61, 128, 128, 128, 7168, 131072, 671_000_000_000,
           "github.com/deepseek-ai/DeepSeek-V3 inference/configs/config_671B.json and inference/model.py",
           "2024-12-26", mla=(512, 64),
-          note="weights shipped in FP8, one byte per parameter (FACTS['deepseek_v3_weight_bytes']), not bf16"),
-    _arch("Gemma-2-9B", 42, 16, 8, 256, 3584, 8192, 9e9, _GEMMA, "2024-06", window=4096, pattern="LG",
-          note="head_dim 256 is not 3584 / 16; local and global layers alternate"),
-    _arch("Gemma-2-27B", 46, 32, 16, 128, 4608, 8192, 27e9, _GEMMA, "2024-06", window=4096, pattern="LG"),
-    _arch("Gemma-3-12B", 48, 16, 8, 256, 3840, 131072, 12e9, _GEMMA + "; Gemma 3 technical report (2025)",
-          "2025-03", window=1024, pattern="LLLLLG", note="five local layers (1,024-token window) per global one"),
-    _arch("Gemma-3-27B", 62, 32, 16, 128, 5376, 131072, 27e9, _GEMMA + "; Gemma 3 technical report (2025)",
-          "2025-03", window=1024, pattern="LLLLLG"),
-    _arch("SmolLM2-135M", 30, 9, 3, 64, 576, 8192, 135e6,
+          note="weights shipped in FP8, one byte per parameter (FACTS['deepseek_v3_weight_bytes']), not bf16",
+          params_source="the DeepSeek-V3 README's total for the main model (671B, 37B activated per token; the "
+                        "hub's files add the 14B multi-token-prediction module): every expert counted"),
+    _arch("Gemma-2-9B", 42, 16, 8, 256, 3584, 8192, 9_241_705_984, _GEMMA, "2024-06", window=4096, pattern="LG",
+          note="head_dim 256 is not 3584 / 16; local and global layers alternate",
+          params_source=_counted(_GEMMA_SHAPES.format(vocab="256,000", ffn="14,336") + " of google/gemma-2-9b")),
+    _arch("Gemma-2-27B", 46, 32, 16, 128, 4608, 8192, 27_227_128_320, _GEMMA, "2024-06", window=4096, pattern="LG",
+          params_source=_counted(_GEMMA_SHAPES.format(vocab="256,000", ffn="36,864") + " of google/gemma-2-27b")),
+    _arch("Gemma-3-12B", 48, 16, 8, 256, 3840, 131072, 11_766_034_176, _GEMMA + "; Gemma 3 technical report (2025)",
+          "2025-03", window=1024, pattern="LLLLLG", note="five local layers (1,024-token window) per global one",
+          params_source=_counted(_GEMMA3_SHAPES.format(vocab="262,208", ffn="15,360") + " of google/gemma-3-12b-pt")),
+    _arch("Gemma-3-27B", 62, 32, 16, 128, 5376, 131072, 27_009_346_304, _GEMMA + "; Gemma 3 technical report (2025)",
+          "2025-03", window=1024, pattern="LLLLLG",
+          params_source=_counted(_GEMMA3_SHAPES.format(vocab="262,208", ffn="21,504") + " of google/gemma-3-27b-pt")),
+    _arch("SmolLM2-135M", 30, 9, 3, 64, 576, 8192, 134_515_008,
           "HuggingFaceTB/SmolLM2-135M config.json (Allal et al., 2025); live in kvlib", "2024-11",
-          vocab=49152, ffn=1536, family="llama"),
+          vocab=49152, ffn=1536, family="llama",
+          params_source=_counted("vocabulary 49,152; gated feed-forward of 1,536; two norms per layer; the output "
+                                 "layer is the token table") + "; kvlib counts the loaded model's the same"),
 ])
 
 GPUS = {  # nominal memory, decimal gigabytes as vendors state them
@@ -236,8 +269,8 @@ def kv_bytes(arch, context, batch=1, bytes_per_number=2):
 
 
 def all_weight_bytes(arch, bytes_per_number=2):
-    """Bytes of all of a catalogued architecture's weights, its nominal parameter count times the bytes of a
-    number (not measure.step_weight_bytes: what one decode step of a loaded model reads)."""
+    """Bytes of all of a catalogued architecture's weights, its parameter count (the real one, as params_source
+    says, not the size in its name) times the bytes of a number (not measure.step_weight_bytes: what one decode step of a loaded model reads)."""
     return int(arch.params * bytes_per_number)
 
 

@@ -30,13 +30,21 @@ NAMES = ("tiny", "random-gpt2", *HUB_IDS)
 
 def download_hint(name, *options):
     """The command that fetches `name`, naming this Python: the one kvlib is installed in (a bare `python` in a
-    terminal is often another, without kvlib)."""
-    python = sys.executable
+    terminal is often another, without kvlib), by a path relative to the current directory when it is a virtual
+    environment beside it (`.venv/bin/python` in the project, `../.venv/bin/python` in its notebooks), else as
+    `python`. Never its absolute path: a notebook that prints this is shared, or published by `make site`, and
+    must not show the folders of the machine that ran it."""
+    return " ".join([_this_python(), "-m", "kvlib", "download", name, *options])
+
+
+def _this_python():
+    venv, here = Path(sys.prefix).resolve(), Path.cwd().resolve()
+    if sys.prefix == sys.base_prefix or not here.is_relative_to(venv.parent):  # not a venv beside us: say python
+        return "python"
+    python = os.path.relpath(Path(sys.executable).absolute(), Path.cwd().absolute())
     if os.name != "nt":
-        python = shlex.quote(python)
-    elif " " in python:  # cmd.exe reads double quotes, not the shell's single ones
-        python = f'"{python}"'
-    return " ".join([python, "-m", "kvlib", "download", name, *options])
+        return shlex.quote(python)
+    return f'"{python}"' if " " in python else python  # cmd.exe reads double quotes, not the shell's single ones
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from .batching import generate_batch
 from . import i18n
 from .errors import KVLibError
 from .measure import bare_matmul_seconds, check_repeats, random_ids, timed
+from .texttable import pad
 
 
 def step_seconds(model, lengths=(32, 64, 128, 256, 512), repeats=3, seed=0):
@@ -54,7 +55,8 @@ PREFILLS = {k: i18n.TEXT[f"speed.{k}"]["en"] for k in ("none", "cold", "warm")} 
 def prompt_caching(model, prompt_len=1024, uncached_tail=16, repeats=3, seed=0, kinds=tuple(PREFILLS)):
     """Median prefill seconds ("seconds") and the fastest ("best": the least disturbed by a busy machine) of
     a prompt whose all but `uncached_tail` tokens are cached (warm), of the same prompt through an empty
-    prompt cache (cold), and with no prompt cache (none); `kinds` picks which of them to time."""
+    prompt cache (cold), and with no prompt cache (none), and every run's ("runs"); `kinds` picks which of
+    them to time."""
     from .prompt_cache import PromptCache
 
     shared = random_ids(model, prompt_len - uncached_tail, seed)
@@ -72,7 +74,7 @@ def prompt_caching(model, prompt_len=1024, uncached_tail=16, repeats=3, seed=0, 
         if "warm" in runs:
             runs["warm"].append(seconds)
     return {"seconds": {k: statistics.median(v) for k, v in runs.items()},
-            "best": {k: min(v) for k, v in runs.items()}, "receipt": res.receipt,
+            "best": {k: min(v) for k, v in runs.items()}, "runs": runs, "receipt": res.receipt,
             "prompt_len": prompt_len, "model": model.name}
 
 
@@ -103,11 +105,28 @@ def batch_rates(model, batches=BATCHES, prompt_len=32, new_tokens=16, repeats=2,
             **({"bare_tokens_per_second": best_bare} if bare else {})}
 
 
+def _apart(a, b):
+    """True when every run of one was faster than every run of the other: the two spreads do not overlap, so
+    the machine's noise alone did not order them."""
+    return max(a) < min(b) or max(b) < min(a)
+
+
 def report_prompt_caching(r):
-    t, rc = r["seconds"], r["receipt"]
+    """Prints prompt_caching's result: each prefill's median, the warm receipt, then warm against cold and cold
+    against no prompt cache, each read as the numbers came out (slower when slower; a cost only when cold took
+    longer; either named within noise when the two's runs overlapped)."""
+    t, rc, runs = r["seconds"], r["receipt"], r["runs"]
     print(i18n.t("speed.report", model=r["model"], n=r["prompt_len"]))
     for key in PREFILLS:
-        print(f"  {i18n.t(f'speed.{key}'):<32} {t[key] * 1e3:9.1f} ms")
+        print(f"  {pad(i18n.t(f'speed.{key}'), '<', 32)} {t[key] * 1e3:9.1f} ms")  # a Chinese character is two columns
     print(i18n.t("speed.receipt", input=rc.input_tokens, cached=rc.cached_tokens, written=rc.written_tokens))
-    print(i18n.t("speed.faster", x=f"{t['cold'] / t['warm']:.1f}"))
-    print(i18n.t("speed.zero_hits", cost=f"{t['cold'] / t['none'] - 1:+.1%}"))
+    ratio = t["cold"] / t["warm"]
+    print(i18n.t("speed.faster" if ratio > 1 else "speed.slower", x=f"{max(ratio, 1 / ratio):.1f}")
+          + ("" if _apart(runs["warm"], runs["cold"]) else i18n.t("speed.noise")))
+    cost = t["cold"] / t["none"] - 1
+    if cost > 0:
+        print(i18n.t("speed.zero_hits", cost=f"{cost:+.1%}")
+              + ("" if _apart(runs["cold"], runs["none"]) else i18n.t("speed.noise")))
+    else:
+        print(i18n.t("speed.zero_hits_none", less=f"{-cost:.1%}")
+              + ("" if _apart(runs["cold"], runs["none"]) else i18n.t("speed.noise")))

@@ -13,23 +13,25 @@ from kvlib.exercises import n07, n08
 BF16 = 2  # bytes a number: the catalogue sizes caches in bf16
 
 # Each entry's figures as its source gives them (the sources memory.CATALOGUE names): layers, query heads,
-# K/V heads cached, head size, hidden size, context (tokens), nominal parameters.
+# K/V heads cached, head size, hidden size, context (tokens), parameters (the real count, not the name's: COUNTED
+# below works out those a config gives the shapes of; DeepSeek's are their reports' totals).
 SOURCES = {
-    "GPT-2 small": (12, 12, 12, 64, 768, 1024, 124e6), "GPT-2 medium": (24, 16, 16, 64, 1024, 1024, 355e6),
-    "GPT-2 large": (36, 20, 20, 64, 1280, 1024, 774e6), "GPT-2 XL": (48, 25, 25, 64, 1600, 1024, 1.5e9),
-    "Llama-2-7B": (32, 32, 32, 128, 4096, 4096, 7e9),  # of Llama 2, only 70B groups its K/V heads
-    "Llama-2-70B": (80, 64, 8, 128, 8192, 4096, 70e9),
-    "Llama-3-8B": (32, 32, 8, 128, 4096, 8192, 8e9), "Llama-3-70B": (80, 64, 8, 128, 8192, 8192, 70e9),
-    "Llama-3.1-8B": (32, 32, 8, 128, 4096, 131072, 8e9),  # sku_list.py: dim 4096 / 32 heads = 128; CONTEXT_LENGTH
-    "Llama-3.1-405B": (126, 128, 8, 128, 16384, 131072, 405e9),
-    "Mistral-7B-v0.1": (32, 32, 8, 128, 4096, 32768, 7e9),
-    "Falcon-7B": (32, 71, 1, 64, 4544, 2048, 7e9),  # multi_query: its 71 query heads share one K/V head
-    "DeepSeek-67B": (95, 64, 8, 128, 8192, 4096, 67e9),
+    "GPT-2 small": (12, 12, 12, 64, 768, 1024, 124_439_808), "GPT-2 medium": (24, 16, 16, 64, 1024, 1024, 354_823_168),
+    "GPT-2 large": (36, 20, 20, 64, 1280, 1024, 774_030_080), "GPT-2 XL": (48, 25, 25, 64, 1600, 1024, 1_557_611_200),
+    "Llama-2-7B": (32, 32, 32, 128, 4096, 4096, 6_738_415_616),  # of Llama 2, only 70B groups its K/V heads
+    "Llama-2-70B": (80, 64, 8, 128, 8192, 4096, 68_976_648_192),
+    "Llama-3-8B": (32, 32, 8, 128, 4096, 8192, 8_030_261_248), "Llama-3-70B": (80, 64, 8, 128, 8192, 8192, 70_553_706_496),
+    "Llama-3.1-8B": (32, 32, 8, 128, 4096, 131072, 8_030_261_248),  # sku_list.py: dim 4096 / 32 heads = 128; CONTEXT_LENGTH
+    "Llama-3.1-405B": (126, 128, 8, 128, 16384, 131072, 405_853_388_800),
+    "Mistral-7B-v0.1": (32, 32, 8, 128, 4096, 32768, 7_241_732_096),
+    "Falcon-7B": (32, 71, 1, 64, 4544, 2048, 6_921_720_704),  # multi_query: its 71 query heads share one K/V head
+    "DeepSeek-67B": (95, 64, 8, 128, 8192, 4096, 67_425_001_472),
     "DeepSeek-V2": (60, 128, 128, 128, 5120, 131072, 236e9), "DeepSeek-V3": (61, 128, 128, 128, 7168, 131072, 671e9),
-    "Gemma-2-9B": (42, 16, 8, 256, 3584, 8192, 9e9),  # head_dim 256, not 3584 / 16
-    "Gemma-2-27B": (46, 32, 16, 128, 4608, 8192, 27e9),
-    "Gemma-3-12B": (48, 16, 8, 256, 3840, 131072, 12e9), "Gemma-3-27B": (62, 32, 16, 128, 5376, 131072, 27e9),
-    "SmolLM2-135M": (30, 9, 3, 64, 576, 8192, 135e6),
+    "Gemma-2-9B": (42, 16, 8, 256, 3584, 8192, 9_241_705_984),  # head_dim 256, not 3584 / 16
+    "Gemma-2-27B": (46, 32, 16, 128, 4608, 8192, 27_227_128_320),
+    "Gemma-3-12B": (48, 16, 8, 256, 3840, 131072, 11_766_034_176),
+    "Gemma-3-27B": (62, 32, 16, 128, 5376, 131072, 27_009_346_304),
+    "SmolLM2-135M": (30, 9, 3, 64, 576, 8192, 134_515_008),
 }
 GPT2 = dict(vocab=50257, family="gpt2")  # GPT-2's configs leave n_inner null: the feed-forward is 4 x hidden
 EXTRAS = {  # what only some sources give: a sliding window and the layers' pattern of Local and Global ones,
@@ -64,6 +66,60 @@ def test_the_catalogue_holds_its_sources_figures():
         assert (arch.window, arch.pattern, arch.mla, arch.vocab, arch.ffn, arch.family) == (
             extra.get("window"), extra.get("pattern", "G"), extra.get("mla"), extra.get("vocab"), extra.get("ffn"),
             extra.get("family")), name
+
+
+def gpt2_count(hidden, layers, vocab=50257, positions=1024):
+    """GPT-2: token and position tables, per layer two norms (weight and bias), Q/K/V, the output projection and a
+    4 x hidden feed-forward, each with a bias (12 hidden^2 + 13 hidden), a final norm; the output layer is the token table."""
+    return vocab * hidden + positions * hidden + layers * (12 * hidden ** 2 + 13 * hidden) + 2 * hidden
+
+
+def gated_count(vocab, hidden, layers, heads, kv_heads, head_dim, ffn, tied, norms=2, qk_norm=False):
+    """Llama, Mistral, DeepSeek-67B, Gemma: Q and the output projection of every query head, K and V of every K/V head,
+    a gated feed-forward (three matrices), `norms` norms of `hidden` per layer (Gemma 3 also one of q and of k), a
+    final norm; no biases; an output layer apart from the token table unless tied."""
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    layer = attention + 3 * hidden * ffn + norms * hidden + (2 * head_dim if qk_norm else 0)
+    return vocab * hidden * (1 if tied else 2) + layers * layer + hidden
+
+
+def falcon_count(vocab, hidden, layers, heads, head_dim):
+    """Falcon: Q of every head and one K and V (multi-query), the output projection, a 4 x hidden feed-forward of two
+    matrices, one norm (weight and bias) per layer, a final norm, no biases; the output layer is the token table."""
+    layer = hidden * (heads + 2) * head_dim + hidden * hidden + 8 * hidden ** 2 + 2 * hidden
+    return vocab * hidden + layers * layer + 2 * hidden
+
+
+# The parameter counts the released configs' shapes give (vocab_size, intermediate_size, tie_word_embeddings,
+# typed here from each config.json), against the catalogue's: Llama-2-7B has 6.74B weights, not 7B.
+COUNTED = {
+    "GPT-2 small": gpt2_count(768, 12), "GPT-2 medium": gpt2_count(1024, 24), "GPT-2 large": gpt2_count(1280, 36),
+    "GPT-2 XL": gpt2_count(1600, 48),
+    "Llama-2-7B": gated_count(32000, 4096, 32, 32, 32, 128, 11008, tied=False),
+    "Llama-2-70B": gated_count(32000, 8192, 80, 64, 8, 128, 28672, tied=False),
+    "Llama-3-8B": gated_count(128256, 4096, 32, 32, 8, 128, 14336, tied=False),
+    "Llama-3-70B": gated_count(128256, 8192, 80, 64, 8, 128, 28672, tied=False),
+    "Llama-3.1-8B": gated_count(128256, 4096, 32, 32, 8, 128, 14336, tied=False),
+    "Llama-3.1-405B": gated_count(128256, 16384, 126, 128, 8, 128, 53248, tied=False),
+    "Mistral-7B-v0.1": gated_count(32000, 4096, 32, 32, 8, 128, 14336, tied=False),
+    "Falcon-7B": falcon_count(65024, 4544, 32, 71, 64),
+    "DeepSeek-67B": gated_count(102400, 8192, 95, 64, 8, 128, 22016, tied=False),
+    "Gemma-2-9B": gated_count(256000, 3584, 42, 16, 8, 256, 14336, tied=True, norms=4),
+    "Gemma-2-27B": gated_count(256000, 4608, 46, 32, 16, 128, 36864, tied=True, norms=4),
+    "Gemma-3-12B": gated_count(262208, 3840, 48, 16, 8, 256, 15360, tied=True, norms=4, qk_norm=True),
+    "Gemma-3-27B": gated_count(262208, 5376, 62, 32, 16, 128, 21504, tied=True, norms=4, qk_norm=True),
+    "SmolLM2-135M": gated_count(49152, 576, 30, 9, 3, 64, 1536, tied=True),
+}
+
+
+def test_parameters_are_counted_not_the_size_in_the_name():
+    assert {name: figures[-1] for name, figures in SOURCES.items() if name in COUNTED} == COUNTED
+    assert set(SOURCES) - set(COUNTED) == {"DeepSeek-V2", "DeepSeek-V3"}  # mixtures of experts: their reports' totals
+    for arch in memory.CATALOGUE.values():
+        assert len(arch.params_source) > 40, arch.name
+        assert ("config.json" in arch.params_source) == (arch.name in COUNTED), arch.name
+    llama2 = memory.CATALOGUE["Llama-2-7B"]  # 6.74B parameters in bf16: 13.5 GB of weights, not the name's 14.0
+    assert round(memory.all_weight_bytes(llama2) / 1e9, 1) == 13.5
 
 
 def test_facts_hold_their_sources_numbers():
@@ -104,17 +160,18 @@ def test_formula_equals_real_tensors(request, fixture, name):
     model.forward(list(range(37)), cache=cache)
     assert cache.nbytes == memory.kv_bytes(arch, 37, bytes_per_number=4)
     assert sum(layer.nbytes for layer in cache.layers[:1]) == memory.kv_bytes_per_layer(arch, 37, 4)[0]
-    if name:  # the live model has its source's shape, and its cache the bytes worked out from it
+    if name:  # the live model has its source's shape and parameters, and its cache the bytes worked out from it
         c = model.config
         assert (c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.n_embd) == SOURCES[name][:5]
+        assert arch.params == memory.CATALOGUE[name].params == SOURCES[name][-1]
         assert memory.kv_bytes(memory.CATALOGUE[name], 37) == memory.kv_bytes(arch, 37) == 37 * bytes_per_token(name)
 
 
 def test_crossover_is_where_the_cache_outweighs_the_weights():
     arch = memory.CATALOGUE["Llama-3-8B"]
-    # 16 GB of bf16 weights / 131,072 bytes per token = 122,070.3 tokens; 8 sequences: 15,258.8 tokens each
+    # 8,030,261,248 x 2 bytes of bf16 weights / 131,072 bytes per token = 122,532.9 tokens; 8 sequences: 15,316.6 each
     assert bytes_per_token("Llama-3-8B") == 131_072
-    assert memory.crossover_context(arch) == 122_071 and memory.crossover_context(arch, batch=8) == 15_259
+    assert memory.crossover_context(arch) == 122_533 and memory.crossover_context(arch, batch=8) == 15_317
 
 
 def test_classic_mistakes():

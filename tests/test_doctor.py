@@ -7,10 +7,11 @@ import shlex
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
-from kvlib import doctor
+from kvlib import doctor, models
 
 
 def doctor_cli(**env):
@@ -31,11 +32,36 @@ def test_doctor_names_a_missing_model_and_its_fix(tmp_path):
     r = doctor_cli(KVLIB_HOME=str(tmp_path / "kv"), HF_HUB_CACHE=str(tmp_path / "hub"))
     assert r.returncode == 1
     assert "[FAIL] model smollm2: not on this machine" in r.stdout
-    # the command names the Python the doctor ran in, the one kvlib is installed in
-    command = re.search(r"fix: with internet, run `([^`]+)`", r.stdout).group(1)
-    assert shlex.split(command) == [sys.executable, "-m", "kvlib", "download", "smollm2"]
+    # the command names the Python the doctor ran in (the one kvlib is installed in) from here, by no absolute path
+    python, *rest = shlex.split(re.search(r"fix: with internet, run `([^`]+)`", r.stdout).group(1))
+    assert rest == ["-m", "kvlib", "download", "smollm2"] and not os.path.isabs(python)
+    assert python == "python" or Path(python).resolve() == Path(sys.executable).resolve()
     assert "[note] model gpt2" in r.stdout  # optional: reported, never a failure
     assert "1 problem(s) to fix" in r.stdout
+
+
+def test_the_download_hint_shows_no_folder_of_this_machine(tmp_path, monkeypatch):
+    """A printed hint ends up in shared notebooks and on the published site: it names this Python by a path from
+    the current directory (a venv beside it, as `make lab` makes), else as `python`; never by an absolute path."""
+    project = tmp_path / "project"
+    (project / ".venv" / "bin").mkdir(parents=True)
+    (project / "notebooks" / "zh").mkdir(parents=True)
+    monkeypatch.setattr(sys, "prefix", str(project / ".venv"))
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
+    monkeypatch.setattr(sys, "executable", str(project / ".venv" / "bin" / "python"))
+    hints = {}
+    for where in (project, project / "notebooks", project / "notebooks" / "zh", tmp_path):
+        monkeypatch.chdir(where)
+        hints[where.name] = models.download_hint("gpt2")
+    if os.name != "nt":
+        assert hints == {"project": ".venv/bin/python -m kvlib download gpt2",
+                         "notebooks": "../.venv/bin/python -m kvlib download gpt2",
+                         "zh": "../../.venv/bin/python -m kvlib download gpt2",
+                         tmp_path.name: "python -m kvlib download gpt2"}  # outside the venv's folder
+    assert all(str(tmp_path) not in hint for hint in hints.values())
+    monkeypatch.setattr(sys, "base_prefix", sys.prefix)  # no venv (conda, the system's Python): its own `python`
+    monkeypatch.chdir(project)
+    assert models.download_hint("smollm2", "--gguf") == "python -m kvlib download smollm2 --gguf"
 
 
 def test_widgets_check_fails_without_the_extension(monkeypatch, tmp_path):

@@ -2,12 +2,13 @@
 tables, the KV calculator app, and the plots."""
 
 import json
+import statistics
 
 import pytest
 from matplotlib.figure import Figure
 from transformers import GPT2Config
 
-from kvlib import KVLibError, exercises, longcontext, memory, models, plots, widgets
+from kvlib import KVLibError, exercises, i18n, longcontext, memory, models, plots, speed, widgets
 
 
 def test_step_seconds_by_context(tiny):
@@ -64,7 +65,8 @@ def test_attention_share_grows_and_overtakes_where_it_says():
 
 def test_kv_table_and_mistakes_table():
     table = longcontext.kv_table(["Llama-3.1-8B", "Mistral-7B-v0.1"], contexts=(8192, 131072))
-    assert "Llama-3.1-8B" in table and "17.2 GB " in table and "16.0 GB" in table  # 128K tokens; bf16 weights
+    assert "Llama-3.1-8B" in table and "17.2 GB " in table and "16.1 GB" in table  # 128K tokens; bf16 weights
+    assert "14.5 GB" in next(line for line in table.splitlines() if line.startswith("Mistral"))  # 7.24B, not 7B: 14.0
     mistral = next(line for line in table.splitlines() if line.startswith("Mistral"))
     assert mistral.count("0.5 GB") == 2 and "0.5 GB*" in mistral  # its windowed cache stops growing; 128K is past 32K
     assert table.splitlines()[-1].startswith("* past the model's trained context")
@@ -155,3 +157,40 @@ def test_the_lesson_tables_and_timings_refuse_what_they_cannot_measure(tiny):
         longcontext.step_seconds_by_context(tiny, [8], repeats=0)
     with pytest.raises(KVLibError, match="lengths of 1 or more"):
         longcontext.cache_read_seconds(tiny, [-4])
+
+
+def reported(capsys, none, cold, warm):
+    """speed.report_prompt_caching's lines for these runs (seconds) of each prefill, medians taken as it does."""
+    from types import SimpleNamespace
+    runs = {"none": none, "cold": cold, "warm": warm}
+    speed.report_prompt_caching({"seconds": {k: statistics.median(v) for k, v in runs.items()}, "runs": runs,
+                                 "receipt": SimpleNamespace(input_tokens=512, cached_tokens=496, written_tokens=0),
+                                 "prompt_len": 512, "model": "tiny"})
+    return capsys.readouterr().out.splitlines()[-2:]
+
+
+def test_the_prompt_caching_report_reads_the_numbers_as_they_came(capsys):
+    warm, cost = reported(capsys, none=[1.0, 1.1, 1.2], cold=[1.3, 1.4, 1.5], warm=[0.2, 0.25, 0.3])
+    assert warm == "  warm vs cold: warm was 5.6x faster" and cost == "  cost of a 0 % hit rate: +27.3% over no prompt cache"
+    # the other way round: warm slower than cold, cold faster than no prompt cache; no "faster" below 1x, no negative cost
+    warm, cost = reported(capsys, none=[1.0, 1.2, 1.4], cold=[0.9, 1.0, 1.3], warm=[1.9, 2.0, 2.2])
+    assert warm == "  warm vs cold: warm was 2.0x slower"
+    assert cost == "  cost of a 0 % hit rate: none measured, cold took 16.7% less than no prompt cache " \
+                   "(within noise: their runs overlapped)"
+    warm, cost = reported(capsys, none=[1.0, 1.1, 1.3], cold=[1.05, 1.15, 1.2], warm=[0.9, 1.1, 1.25])
+    assert warm == "  warm vs cold: warm was 1.0x faster (within noise: their runs overlapped)"
+    assert cost == "  cost of a 0 % hit rate: +4.5% over no prompt cache (within noise: their runs overlapped)"
+    i18n.set_language("zh")
+    try:
+        warm, cost = reported(capsys, none=[1.0, 1.2, 1.4], cold=[0.9, 1.0, 1.3], warm=[1.9, 2.0, 2.2])
+    finally:
+        i18n.set_language("en")
+    assert "更慢" in warm and "2.0 倍" in warm and "没有测出来" in cost and "-" not in cost
+
+
+def test_prompt_caching_keeps_every_run_for_the_report(tiny, capsys):
+    r = speed.prompt_caching(tiny, 64, repeats=2)
+    assert {k: len(v) for k, v in r["runs"].items()} == {"none": 2, "cold": 2, "warm": 2}
+    assert r["seconds"]["warm"] == statistics.median(r["runs"]["warm"]) and r["best"]["cold"] == min(r["runs"]["cold"])
+    speed.report_prompt_caching(r)
+    assert "warm vs cold: warm was" in capsys.readouterr().out

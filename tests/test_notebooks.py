@@ -111,6 +111,25 @@ def test_the_course_core_is_short():
     assert sum(core.values()) <= COURSE_WORDS, f"{sum(core.values())} core words in notebooks 1-6: {core}"
 
 
+def header_minutes(path):
+    """A lesson's "**Time:** about N minutes" (and the M more its Going further sections take, 0 if it says none)."""
+    header = text(cells(path)[0])
+    core = int(re.search(r"\*\*Time:\*\* about (\d+) minutes", header).group(1))
+    more = re.search(r"(\d+) more", header)
+    return core, int(more.group(1)) if more else 0
+
+
+def test_the_teachers_guide_gives_the_lessons_own_times():
+    """The guide's sums and times are the notebooks' headers', so a header that changes fails here until the guide does."""
+    guide = (ENGLISH[0].parent / "README.md").read_text(encoding="utf-8")
+    workshop = [header_minutes(p)[0] for p in ENGLISH[:6]]
+    hours, minutes = map(int, re.search(r"add up to about (\d+) h (\d+) min", guide).groups())
+    assert 60 * hours + minutes == sum(workshop) and f"({' + '.join(map(str, workshop))} min)" in guide
+    for path, title in zip(ENGLISH[6:8], ("Long context", "Serving")):
+        core, more = header_minutes(path)
+        assert f"**{title}** ({core} min, {core + more} with its Going further sections" in guide, title
+
+
 def skipping_breaks(sources, further):
     """Code cells in order and whether each is going further -> core cells that read a name only a going-further
     cell binds (a teacher who skips the section would see them fail)."""

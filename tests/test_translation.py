@@ -79,17 +79,17 @@ def test_an_edited_english_markdown_cell_is_named_until_its_translation_is_marke
 
 def test_a_replacement_the_english_code_no_longer_has_is_named(copy):
     en, zh = copy
-    edit(en, 18, lambda s: s.replace('"Will will send his brother a selfie"', '"Will will send his aunt a selfie"'))
+    edit(en, 20, lambda s: s.replace('"Will will send his brother a selfie"', '"Will will send his aunt a selfie"'))
     problems = translation.stale(zh)
-    assert len(problems) == 1 and "cell 18 ('div = widgets.Divergence" in problems[0] and "0 times" in problems[0]
+    assert len(problems) == 1 and "cell 20 ('div = widgets.Divergence" in problems[0] and "0 times" in problems[0]
 
 
 def test_an_english_code_change_reaches_the_translation_by_sync(copy):
     en, zh = copy
-    edit(en, 21, lambda s: s.replace("range(5)", "range(6)"))
-    assert ["cell 21" in p and "`sync` writes it" in p for p in translation.stale(zh)] == [True]
+    edit(en, 23, lambda s: s.replace("range(5)", "range(6)"))
+    assert ["cell 23" in p and "`sync` writes it" in p for p in translation.stale(zh)] == [True]
     assert translation.sync(zh) == []
-    assert "range(6)" in translation.source(translation.read(zh)["cells"][21])
+    assert "range(6)" in translation.source(translation.read(zh)["cells"][23])
 
 
 def test_a_code_cell_edited_in_the_translation_alone_is_named(copy):

@@ -44,7 +44,7 @@ def top_word(smollm2):
           hint={"en": "Pick layer 10 and head 1 in the SmolLM2 explorer above and read the last row (where the "
                       "explorer shows as text, run views.AttentionGrid.of(smollm2, king, layer=10, head=1) in a new "
                       "cell).",
-                "zh": "在上面 SmolLM2 的注意力浏览器里选第 10 层、头 1，读最后一行（浏览器只显示成文字时，"
+                "zh": "在上面 SmolLM2 的注意力查看器里选第 10 层、头 1，读最后一行（查看器只显示成文字时，"
                       "在新单元格里运行 views.AttentionGrid.of(smollm2, king, layer=10, head=1)）。"},
           explain={"en": "In SmolLM2's layer 10, head 1, the last token ' the' puts most of its weight on {answer!r}.",
                    "zh": "在 SmolLM2 的第 10 层、头 1 里，最后一个 token ' the' 把最多的权重放在 {answer!r} 上。"})
@@ -58,10 +58,10 @@ def layer10_head1(smollm2):
 @exercise("04.keys_per_layer", uses=("smollm2",),
           hint={"en": "One key per token for each K/V head (not each query head): count SmolLM2's tokens for the "
                       "text in the grid above.",
-                "zh": "每个 K/V 头给每个 token 算一个键（不是每个查询头）：数一数上面注意力网格里 SmolLM2 把这句话切成几个 token。"},
+                "zh": "每个 K/V 头给每个 token 算一个键（不是每个 query 头）：数一数上面注意力网格里 SmolLM2 把这句话切成几个 token。"},
           explain={"en": "{answer} keys: one per token for each of the layer's K/V heads. Nine query heads read them, "
                          "but keys are computed (and in notebook 5 kept) per K/V head.",
-                   "zh": "{answer} 个键：这一层的每个 K/V 头给每个 token 算一个。读它们的查询头有 9 个，"
+                   "zh": "{answer} 个键：这一层的每个 K/V 头给每个 token 算一个。读它们的 query 头有 9 个，"
                          "但键是按 K/V 头算的（第 5 课里也是按 K/V 头存的）。"})
 def keys_per_layer(smollm2):
     """How many rows of K, counted over every K/V head, does one layer of SmolLM2 compute for
