@@ -394,8 +394,9 @@ def tokenizer(tok):
 
 
 def page_model(name):
-    """A page model's files for site/live/: {file: text or a path to copy} and its entry in the manifest. tiny's
-    graph is inlined (a page from file:// runs it); a bigger one (SmolLM2) stays a plain .onnx, fetched over http."""
+    """A page model's files for site/live/, {file: text or bytes}: NAME.js (its shape, tokenizer and what the views'
+    data needs besides) and its graph, tiny's inlined as NAME.onnx.js (a page from file:// runs it), a bigger one
+    (SmolLM2's) a plain NAME.onnx, fetched over http."""
     import tempfile
 
     from . import memory, webmodel
@@ -443,8 +444,7 @@ def write_live(out, models=None):
     manifest = {"files": write({
         "runtime.js": live_script("runtime.js", {k: packed(p.read_bytes()) for k, p in RUNTIME.items()}),
         "tokenizers.js": live_script("tokenizers.js", {"module": packed(TOKENIZERS.read_bytes())}),
-        "gpt2-tokenizer.js": live_script("gpt2-tokenizer.js", {
-            **tokenizer(gpt2_tokenizer())})}), "models": {}}
+        "gpt2-tokenizer.js": live_script("gpt2-tokenizer.js", tokenizer(gpt2_tokenizer()))}), "models": {}}
     for name in models or ["tiny"] + (["smollm2"] if local_dir("smollm2") else []):
         size = write(page_model(name))
         manifest["files"] |= size
