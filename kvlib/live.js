@@ -520,10 +520,10 @@
     const texts = B.example.map((t, k) => textBox(t, { "data-request": k + 1, rows: 4 }));
     const p = panel(el, W.send, texts.map((t, k) => labelled(fill(W.request, { k: k + 1 }), t)), async (m, say, result) => {
       const prompts = texts.map((t) => checked(m, t.value, W.send, answerLength));
+      await forward(m, prompts[0].slice(0, 1), emptyCache(m));  // loads the model; a session's first call is slow
+      p.ready(m);
       const pc = { index: new Map(), born: performance.now() };  // block key (hex) -> {k, v, used}
       const clock = () => (performance.now() - pc.born) / 1e3;  // seconds, as the cache's clock
-      await forward(m, prompts[0].slice(0, 1), emptyCache(m));  // a session's first call is slow: not a request's
-      p.ready(m);
       const rows = [], sent = [];
       for (const [r, ids] of prompts.entries()) {
         const label = fill(W.label, { k: r + 1 }), at = clock();
@@ -546,6 +546,7 @@
       await show(box, "requests", "blocks", {
         title: fill(T["blocks.title"], { mode: T["mode.automatic"], ttl: B.ttl, size: fill(T["blocks.size"], { n: B.size }),
                                          n: pc.index.size, held, budget: "" }),
+        words: { ...cfg.views.blocks.words, caption: W.clock },  // the page's clock is real, not notebook 6's simulated one
         note: B.note, clock: clock(), ttl: B.ttl, requests: rows.map((q) => ({ ...q, blocks: q.blocks.map(({ key, ...b }) => b) })),
         stored: Object.fromEntries([...pc.index].map(([key, b]) => [key.slice(0, 16), { expires: b.used + B.ttl }])) });
       // the second request again, to time it: with the blocks it hit (warm) and with none (cold); its answer both ways

@@ -117,6 +117,8 @@ WORDS = {
                "same": "is identical with and without reuse ✓: {answer}",
                "differs": "differs with and without reuse ✗ (from token {i}): {answer} / {cold_answer}",
                "label": "request {k}", "tenant": "you",
+               "clock": "  (your browser's clock, since you pressed Send) · the bar under a stored block: its time to "
+                        "live left, of {ttl}",
            }},
     "zh": {"name": "中文", "time": "**时间：**", "contents": "目录", "code": "隐藏 / 显示代码",
            "live": "在 kvlib 的克隆里运行 <code>make lab</code>，再打开 <code>{name}</code>",
@@ -169,6 +171,7 @@ WORDS = {
                "same": "，复用和不复用完全一样 ✓：{answer}",
                "differs": "，复用和不复用不一样 ✗（从第 {i} 个 token 起）：{answer} / {cold_answer}",
                "label": "请求 {k}", "tenant": "你",
+               "clock": "（你浏览器的时钟，从你按下发送算起）· 已存块下面的横条：剩下的存活时间（TTL 共 {ttl}）",
            }},
 }
 
