@@ -331,9 +331,10 @@
     return ids;
   }
 
-  // a panel: the learner's inputs, a run button (and SmolLM2's), what loading took, a status line and a result;
-  // go(m, say, result) runs the model m. A failure is said in the status line and leaves the views as they were.
-  function panel(el, label, inputs, go) {
+  // a panel: the learner's inputs, a run button (and SmolLM2's), what the first run loads and what loading took, a
+  // status line and a result; go(m, say, result) runs the model m. A failure is said in the status line and leaves
+  // the views as they were. runs: false for a panel that only tokenizes (no runtime, no graph to load)
+  function panel(el, label, inputs, go, runs = true) {
     const status = h("div", { class: "kv-live-status", "data-state": "idle", role: "status" });
     const ready = h("div", { class: "kv-live-loaded" }), result = h("div", { class: "kv-live-result" });
     const run = h("button", { type: "button", class: "kv-live-run" }, label);
@@ -345,7 +346,10 @@
     }, fill(W[name] ?? W.use, { model: name, mb: mb(entry.bytes) })));
     const which = h("span", { class: "kv-live-which" }, fill(W.model_now, { model: window.kvLive.model }));
     el.dataset.runs = "0";
-    el.replaceChildren(h("div", { class: "kv-live-title" }, W.title), ...inputs,
+    const entry = cfg.models[window.kvLive.model];
+    const files = runs ? ["runtime.js", "tokenizers.js", entry.script, entry.graph] : ["tokenizers.js", entry.script, "gpt2-tokenizer.js"];
+    const size = h("div", { class: "kv-live-size" }, fill(W.size, { mb: mb(files.reduce((n, f) => n + cfg.files[f], 0)) }));
+    el.replaceChildren(h("div", { class: "kv-live-title" }, W.title), size, ...inputs,
                        h("div", { class: "kv-live-row" }, run, which, ...switches), ready, status, result);
     showSwitches();
     const say = (state, text) => {
@@ -419,7 +423,7 @@
       const n = own.tokens.length;
       result.textContent = n > m.shape.n_ctx ? fill(W.longer, { n, model: m.name, ctx: m.shape.n_ctx }) : "";
       window.kvLive.last.tokens = { text: value, ids: { own: own.tokens.map((t) => t.id), gpt2: gpt?.tokens.map((t) => t.id) } };
-    });
+    }, false);
   }
 
   // notebook 4: widgets.AttentionExplorer's grid of the learner's sentence, every layer and head

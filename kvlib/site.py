@@ -79,7 +79,9 @@ WORDS = {
                     "with no Python (hover, Play, layers and heads, the 3D map); to type your own text, {live}.",
            "runs_here": " Where a panel marked ▶ sits above a picture, the model runs in this page on your own text.",
            "model": {
-               "title": "▶ Your turn: the model runs in this page", "loading": "Loading {what} ({mb} MB)…",
+               "title": "▶ Your turn: the model runs in this page",
+               "size": "Your first run loads {mb} MB into this page, from the site's own files; nothing is sent anywhere.",
+               "loading": "Loading {what} ({mb} MB)…",
                "runtime": "ONNX Runtime Web", "the_model": "the {model} model",
                "tokenizer": "{name}'s tokenizer",
                "ready": "{model} runs in this page: {mb} MB loaded in {s} s. Nothing leaves your browser.",
@@ -136,7 +138,9 @@ WORDS = {
                     "要输入你自己的文本，{live}。",
            "runs_here": "图上方有 ▶ 面板的地方，模型就在这个页面里运行，读你自己输入的文本。",
            "model": {
-               "title": "▶ 轮到你了：模型就在这个页面里运行", "loading": "正在加载{what}（{mb} MB）……",
+               "title": "▶ 轮到你了：模型就在这个页面里运行",
+               "size": "第一次运行时，页面会从网站自己的文件里加载 {mb} MB；不会向任何地方发送数据。",
+               "loading": "正在加载{what}（{mb} MB）……",
                "runtime": " ONNX Runtime Web ", "the_model": "模型 {model}",
                "tokenizer": " {name} 的分词器",
                "ready": "{model} 在这个页面里运行：加载了 {mb} MB，用时 {s} 秒。数据不会离开你的浏览器。",
