@@ -246,19 +246,15 @@
 
   // one call of the graph: ids after the cache's tokens -> {logits [T, V], weights [L, nh, T, P + T], cache with
   // the new rows appended}
-  // one call at a time: two panels pressed together would otherwise interleave calls on one WASM session, which
-  // runs one call at a time and does not say so
-  let calls = Promise.resolve();
   async function forward(m, ids, cache) {
     const { ort, run } = await session(m);
     const { n_layer: L, n_kv_head: nkv, head_dim: hs } = m.shape, P = cache.length, T = ids.length;
     const int64 = (xs) => new ort.Tensor("int64", BigInt64Array.from(xs, BigInt), [xs.length]);
-    const call = () => run.run({
+    const out = await run.run({
       ids: int64(ids), positions: int64(ids.map((_, i) => P + i)),
       past_k: new ort.Tensor("float32", joined(cache.k), [L, nkv, P, hs]),
       past_v: new ort.Tensor("float32", joined(cache.v), [L, nkv, P, hs]),
     });
-    const out = await (calls = calls.then(call, call));
     return { logits: out.logits.data, weights: out.weights.data, T, cache: appended(m, cache, out.k.data, out.v.data, T) };
   }
   const lastRow = (m, out) => out.logits.subarray((out.T - 1) * m.shape.vocab, out.T * m.shape.vocab);
