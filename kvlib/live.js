@@ -217,6 +217,8 @@
   const decode = (m, ids) => ids.map((i) => (m.tokenizer.id_to_token(i) === undefined ? `<${i}>` : m.tokenizer.decode([i])))
     .join("");
   const decodeRun = (m, ids) => m.tokenizer.decode(ids);
+  // views.base.pieces: a token's label, its text alone or, where that is part of a character, its bytes named (<0xE8>)
+  const piece = (m, i) => { const text = decode(m, [i]); return text.includes("\ufffd") ? chunkText(tokenBytes(m.tokenizer, i)) : text; };
   const argmax = (row) => row.reduce((best, x, i) => (x > row[best] ? i : best), 0);  // the first of tied maxima, as torch
 
   // the KV cache: per layer, K and V [nkv, P, hs] as Float32Arrays holding exactly the tokens cached
@@ -281,7 +283,7 @@
   // views.AttentionGrid.of (layer 0, head 0 first): every layer's and head's weights of one run, 3 decimals; all
   // layers, as there is no kernel to ask for one later. step: the step shown first
   function attentionData(m, ids, weights, { promptLen = ids.length, notes = [], title, step = 0 } = {}) {
-    const tokens = ids.map((i) => decode(m, [i]));
+    const tokens = ids.map((i) => piece(m, i));
     return { title: title ?? fill(T["att.title"], { model: m.name, tokens: tokens.length }), tokens,
              weights: grid(m, weights, ids.length, 3), prompt_len: promptLen, step, layer: 0, head: 0, notes,
              link: linkFor(tokens.slice(0, promptLen)) };
@@ -293,7 +295,7 @@
     const { n_layer: L, n_kv_head: nkv, head_dim: hs } = m.shape, preview = Math.min(8, hs);
     const rows = (a) => Array.from({ length: held.length }, (_, t) =>  // KV head 0's rows come first
       Array.from(a.subarray(t * hs, t * hs + preview), (x) => round(x, 2)));
-    const tokens = held.map((i) => decode(m, [i]));
+    const tokens = held.map((i) => piece(m, i));
     return { model_name: m.name, tokens, fed, nbytes: measured.map((s) => s.total), layer_nbytes: measured.map((s) => s.layers),
              shape: { n_layer: L, n_kv_head: nkv, head_dim: hs, bytes_per_number: cache.k[0].BYTES_PER_ELEMENT, preview },
              k_rows: cache.k.map(rows), v_rows: cache.v.map(rows), step, link: linkFor(tokens.slice(0, fed[0])) };
@@ -372,7 +374,10 @@
         app(el).dataset.kvShows = "live";  // the app's recorded controls and note no longer describe what it shows
         say("done", fill(W.done, { model: m.name }));
       } catch (err) {
-        say("error", err instanceof Said ? err.message : fill(W.broke, { error: err.message || err }));
+        result.replaceChildren();
+        for (const key of Object.keys(result.dataset)) delete result.dataset[key];
+        const kept = +el.dataset.runs ? ` ${W.kept}` : "";
+        say("error", (err instanceof Said ? err.message : fill(W.broke, { error: err.message || err })) + kept);
         if (!(err instanceof Said)) console.error(err);
       } finally {
         busy = run.disabled = false;
@@ -457,7 +462,7 @@
       const made = [argmax(lastRow(m, out))], measured = [measure(cache)], notes = [fill(T["grid.first"], { n: n(0) })];
       for (let s = 0; ; s++) {
         const fed = [...prompt, ...made.slice(0, s)];
-        say("running", fill(W.decoding, { model: m.name, s, last: steps - 1, q: `'${decode(m, [made[s]])}'` }));
+        say("running", fill(W.decoding, { model: m.name, s, last: steps - 1, q: `'${piece(m, made[s])}'` }));
         if (s > 0) {  // GridFilling's step: the whole text again, one token longer; its old rows as they were
           const before = full.weights;
           full = await forward(m, fed, emptyCache(m));
@@ -491,23 +496,28 @@
     }
     return most;
   }
-  const fastest = async (f, times = 3) => {  // the fastest of `times` runs of f, in ms, after one to warm up
-    await f();
-    let best = Infinity;
+  // the fastest of `times` runs of each function, in ms: one run of each first to warm up, then taking turns, the
+  // first to go changing every round, so neither gains from its place in the order (a lone warm-up is not enough:
+  // the browser speeds up whatever it has just run)
+  async function fastest(fs, times = 3) {
+    for (const f of fs) await f();
+    const best = fs.map(() => Infinity);
     for (let r = 0; r < times; r++) {
-      const t = performance.now();
-      await f();
-      best = Math.min(best, performance.now() - t);
+      for (const k of r % 2 ? [...fs.keys()].reverse() : fs.keys()) {
+        const t = performance.now();
+        await fs[k]();
+        best[k] = Math.min(best[k], performance.now() - t);
+      }
     }
     return best;
-  };
+  }
   // the next step (the last token made, fed) with the cache and recomputed without it (the whole text read
   // again), each timed in this browser; their logits for the next token compared
   async function timeOneStep(m, cache, held, next, result) {
     const all = [...held, next];
     let cached, full;
-    const cachedMs = await fastest(async () => { cached = lastRow(m, await forward(m, [next], cache)); });
-    const fullMs = await fastest(async () => { full = lastRow(m, await forward(m, all, emptyCache(m))); });
+    const [cachedMs, fullMs] = await fastest([async () => { cached = lastRow(m, await forward(m, [next], cache)); },
+                                              async () => { full = lastRow(m, await forward(m, all, emptyCache(m))); }]);
     const diff = cached.reduce((most, x, i) => Math.max(most, Math.abs(x - full[i])), 0);
     Object.assign(result.dataset, { cachedMs: cachedMs.toFixed(2), fullMs: fullMs.toFixed(2), maxDiff: String(diff) });
     result.textContent = fill(W.timing, { k: 3, cached: ms(cachedMs), n: all.length, full: ms(fullMs),
@@ -521,9 +531,14 @@
   // greedy answer computed both ways. A new cache for each send, so what it shows is these two requests.
   function blocksPanel(el) {
     const box = app(el), B = cfg.blocks, answerLength = 8;
-    const texts = B.example.map((t, k) => textBox(t, { "data-request": k + 1, rows: 4 }));
+    const recorded = mounts(box).map((mt) => stateOf(mt).requests).find(Boolean) || [];
+    const starts = recorded.length >= 2 ? recorded.slice(0, 2).map((q) => q.prompt) : B.example;  // the notebook's own
+    const texts = starts.map((t, k) => textBox(t, { "data-request": k + 1, rows: 4 }));
     const p = panel(el, W.send, texts.map((t, k) => labelled(fill(W.request, { k: k + 1 }), t)), async (m, say, result) => {
-      const prompts = texts.map((t) => checked(m, t.value, W.send, answerLength));
+      const prompts = texts.map((t, k) => {
+        if (!t.value) throw new Said(fill(W.empty_request, { k: k + 1, run: W.send }));
+        return checked(m, t.value, W.send, answerLength);
+      });
       await forward(m, prompts[0].slice(0, 1), emptyCache(m));  // loads the model; a session's first call is slow
       p.ready(m);
       const pc = { index: new Map(), born: performance.now() };  // block key (hex) -> {k, v, used}
@@ -542,7 +557,7 @@
         rows.push({ label, tenant: W.tenant, at, input: ids.length, cached, written: (keys.length - hits) * B.size,
                     ms: round(run.ms, 1), cost: cached * B.read + ids.length - cached, gone: 0,  // pricing.billed, automatic
                     tail: ids.length - spans.length * B.size,
-                    blocks: spans.map(([a, e], d) => ({ state: d < hits ? "hit" : "written", start: a, end: e, then: null,
+                    prompt: decodeRun(m, ids), blocks: spans.map(([a, e], d) => ({ state: d < hits ? "hit" : "written", start: a, end: e, then: null,
                                                         text: decodeRun(m, ids.slice(a, e)), hash: keys[d].slice(0, 16), key: keys[d] })) });
         sent.push({ ids, hits: keys.slice(0, hits) });
       }
@@ -556,8 +571,8 @@
       // the second request again, to time it: with the blocks it hit (warm) and with none (cold); its answer both ways
       const [first, second] = sent;
       let warm, cold;
-      const warmMs = await fastest(async () => { warm = await prefill(m, pc, second.ids, second.hits); });
-      const coldMs = await fastest(async () => { cold = await prefill(m, pc, second.ids, []); });
+      const [warmMs, coldMs] = await fastest([async () => { warm = await prefill(m, pc, second.ids, second.hits); },
+                                              async () => { cold = await prefill(m, pc, second.ids, []); }]);
       const answers = { warm: await answer(m, warm, answerLength), cold: await answer(m, cold, answerLength) };
       const parts = answers.warm.findIndex((id, i) => id !== answers.cold[i]);
       const shared = second.ids.findIndex((id, i) => id !== first.ids[i]);
@@ -565,7 +580,7 @@
       Object.assign(result.dataset, { reused, shared: shared < 0 ? Math.min(first.ids.length, second.ids.length) : shared,
                                       coldMs: coldMs.toFixed(2), warmMs: warmMs.toFixed(2), same: String(parts < 0) });
       const said = (ids) => JSON.stringify(decodeRun(m, ids));
-      result.textContent = fill(W.sent, {
+      result.textContent = fill(reused ? W.sent : W.sent_none, {
         reused, n: second.ids.length, blocks: second.hits.length, size: B.size, shared: result.dataset.shared, k: 3,
         cold: ms(coldMs), warm: ms(warmMs), new: answerLength,
         same: parts < 0 ? fill(W.same, { answer: said(answers.warm) })

@@ -116,6 +116,12 @@ WORDS = {
                        "the two share their first {shared} tokens). Time to first token in your browser (best of "
                        "{k}): {cold} ms cold (nothing reused), {warm} ms warm. The greedy answer, {new} tokens, "
                        "{same}",
+               "sent_none": "Request 2 read none of its {n} tokens from the page's cache: the two share their first "
+                            "{shared} tokens, not a whole block of {size} before its last token (always computed). So "
+                            "both timings did the same work, {cold} and {warm} ms (best of {k}): any gap between them "
+                            "is noise. The greedy answer, {new} tokens, {same}",
+               "empty_request": "Request {k} is empty: type something, then press “{run}”.",
+               "kept": "The pictures below still show your last run.",
                "same": "is identical with and without reuse ✓: {answer}",
                "differs": "differs with and without reuse ✗ (from token {i}): {answer} / {cold_answer}",
                "label": "request {k}", "tenant": "you",
@@ -168,10 +174,16 @@ WORDS = {
                "timing": "在你的浏览器里计时（热身一次后，取 {k} 次里最快的）：用缓存解码一步，{cached} ms；"
                          "不用缓存把同一步重算一遍（{n} 个 token 全部重读），{full} ms，是前者的 {ratio} 倍。"
                          "两者的 logits 最多相差 {diff}。",
-               "request": "请求 {k}", "send": "两个都发送",
+               "request": "请求 {k}", "send": "一起发送",
                "sent": "请求 2 的 {n} 个 token 里有 {reused} 个从页面的缓存读出（{blocks} 个块，每块 {size} 个；"
                        "两个请求的前 {shared} 个 token 相同）。在你的浏览器里测的首 token 时间（取 {k} 次里最快的）："
                        "冷 {cold} ms（什么都不复用），热 {warm} ms。贪心生成的 {new} 个 token 的回答{same}",
+               "sent_none": "请求 2 的 {n} 个 token 一个也没能从页面的缓存读出：两个请求只有前 {shared} 个 token "
+                            "相同，凑不满最后一个 token（它总要现算）之前的一整块（{size} 个）。所以两次计时做的是同样的"
+                            "计算，{cold} ms 和 {warm} ms（取 {k} 次里最快的）：两者的差别只是噪声。贪心生成的 {new} 个 "
+                            "token 的回答{same}",
+               "empty_request": "请求 {k} 是空的：先输入一些文字，再按“{run}”。",
+               "kept": "下面的图还是你上一次运行的结果。",
                "same": "，复用和不复用完全一样 ✓：{answer}",
                "differs": "，复用和不复用不一样 ✗（从第 {i} 个 token 起）：{answer} / {cold_answer}",
                "label": "请求 {k}", "tenant": "你",

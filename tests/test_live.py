@@ -167,7 +167,7 @@ def test_page_05_plays_the_learners_prompt_with_the_model_in_the_page(browser, l
     from the page, equal kvlib's on the same text within the bound; the step timed with and without the cache
     gives the same logits."""
     page, errors = open_offline(browser, live / ("live.html" if lang == "en" else "zh/live.html"))
-    prompt, new = PLAYED
+    prompt, new = PLAYED if lang == "en" else ("Will will 轩辕养了一只黄色的虎皮鹦鹉", PLAYED[1])  # characters cut in two
     panel = run_panel(page, "cache", [prompt], new)
     got = page.evaluate("window.kvLive.last.cache")
     ids = stored.encode(prompt)
@@ -175,6 +175,8 @@ def test_page_05_plays_the_learners_prompt_with_the_model_in_the_page(browser, l
     assert got["made"] == gen.ids, (got["made"], gen.ids)  # greedy in the page = greedy in kvlib
     fed = ids + gen.ids[:-1]
     assert got["ids"] == fed
+    labels = views.base.pieces(stored, fed)  # the views' labels, as kvlib's own views name each token
+    assert got["grid"]["tokens"] == got["growth"]["tokens"] == labels
     L, P = stored.config.n_layer, len(ids)
     within(stored, fed, {"weights": got["weights"], "k": [x for layer in got["k"] for x in layer]}, lang)
     grid, growth = page.locator(".kv-att").nth(1), page.locator(".kv-cachegrowth").first  # [0]: 04's explorer
@@ -244,6 +246,8 @@ def test_page_06_reuses_the_first_requests_blocks(browser, live, stored):
     rows = page.locator(".kv-blocks tr.kv-request")
     assert rows.count() == 2 and rows.nth(1).locator(".kv-block.kv-hit").count() == cached // 16
     assert rows.nth(0).locator(".kv-block.kv-hit").count() == 0
+    run_panel(page, "blocks", ["Alpha beta gamma", "Alpha beta delta"])  # sharing less than a block
+    assert int(result.get_attribute("data-reused")) == 0 and "none of its" in result.inner_text()
     check_offline(page, errors, "live 06")
 
 
@@ -266,6 +270,8 @@ def test_bad_input_is_said_in_the_page_and_the_views_keep_working(browser, live,
     assert "context of 512" in said("to be or not " * 200)
     assert page.locator("[data-kv-model] .kv-view").count() == page.locator("[data-kv-model]").count()
     run_panel(page, "cache", [EXAMPLE], 2)  # and it still runs
+    assert "empty" in said("") and "your last run" in status.inner_text()  # the views keep the last good run
+    assert panel.locator(".kv-live-result").inner_text() == ""  # and the result line that described it is gone
     check_offline(page, errors, "live, bad input")
     page.close()
     # a copy of the site without tiny's graph: the page says which file and why

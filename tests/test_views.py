@@ -132,3 +132,14 @@ def test_a_view_over_a_megabyte_is_refused(tiny):
     big = torch.randn(500, 500)  # 250,000 numbers, about 7 bytes each as JSON
     with pytest.raises(kvlib.KVLibError, match="shorter prompt"):
         views.Matrix.of(big, [str(i) for i in range(500)])
+
+
+def test_a_grid_and_a_cache_name_a_cut_characters_bytes(tiny):
+    """Chinese text cut inside characters: the grid's and the cache's labels are notebook 2's chips (<0xE8> for a
+    part of a character, the character where a token holds it whole), never the "\ufffd" a token decodes to alone."""
+    text = "Will will 轩辕养了一只黄色的虎皮鹦鹉"
+    chips = [c.text for c in tokenization.chunks(tokenization.for_model(tiny), text)]
+    assert any("<0x" in c for c in chips) and any("<0x" not in c for c in chips)  # cut characters and whole words
+    assert views.AttentionGrid.of(tiny, text).tokens == chips
+    growth = views.CacheGrowth.of(tiny, text, new_tokens=2)
+    assert growth.tokens[:len(chips)] == chips and not any("\ufffd" in t for t in growth.tokens)

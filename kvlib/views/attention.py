@@ -15,7 +15,7 @@ import traitlets as T
 from ..errors import KVLibError, is_count
 from ..i18n import t
 from ..trace import Trace
-from .base import MAX_STATE_BYTES, View, check_model, layer_head, link_for, module, prompt_ids, rounded
+from .base import MAX_STATE_BYTES, View, check_model, layer_head, link_for, module, pieces, prompt_ids, rounded
 
 
 def layer_bytes(n_head, n):  # most bytes one layer's [n_head][n][n] can take as JSON: "0.123, " is 7
@@ -62,7 +62,7 @@ class AttentionGrid(View):
                 f"{len(trace.layers)} layers of weights {', '.join(map(str, sorted(shapes))) or '(none)'}"
             raise KVLibError(f"trace= takes the Trace of this very run: {c.n_layer} layers of weights "
                              f"{(c.n_head, n, n)} (heads, tokens, tokens) for these {n} tokens; got {got}")
-        tokens = [model.decode([i]) for i in ids]
+        tokens = pieces(model, ids)
         view = cls(title=t("att.title", model=model.name, tokens=len(tokens)) if title is None else title,
                    tokens=tokens, prompt_len=int(prompt_len), notes=list(notes), head=head,
                    link=link or link_for(tokens[:prompt_len]))

@@ -21,6 +21,7 @@ import anywidget
 import torch
 import traitlets as T
 
+from .. import tokenization
 from ..errors import is_count
 from ..i18n import words
 from ..models import KVLibError, Model
@@ -43,6 +44,14 @@ def rounded(x, digits):  # a tensor or nested list -> nested lists of floats, ro
     if isinstance(x, list):
         return [rounded(v, digits) for v in x]
     return round(float(x), digits)
+
+
+def pieces(model, ids):
+    """Each token's label: its text alone, or where that is part of a character (decoded alone it is "�"), its
+    bytes named as notebook 2's chips name them (<0xE8>), so a grid of Chinese text says which bytes each row holds."""
+    tok = tokenization.for_model(model)
+    return [text if "\ufffd" not in (text := model.decode([i])) else tokenization.Chunk(i, tok.token_bytes(i)).text
+            for i in ids]
 
 
 def check_model(model, who):  # -> model, once it is a loaded kvlib Model (not its name, a trace or a tokenizer)

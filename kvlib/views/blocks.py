@@ -33,7 +33,8 @@ class PromptBlocks(View):
     note = T.Unicode("").tag(sync=True)      # what the cost column counts
     clock = T.Float(0).tag(sync=True)        # the cache's clock, seconds
     ttl = T.Float(0).tag(sync=True)
-    requests = T.List().tag(sync=True)       # per request: {label, tenant, at, input, cached, written, ms, cost,
+    requests = T.List().tag(sync=True)       # per request: {label, tenant, prompt (its text: a live page starts from
+                                             #   it), at, input, cached, written, ms, cost,
                                              #   gone, tail, blocks: [{state, start, end, text, hash, then}]}
                                              #   then: what became of the copy it left: {"by", "at"} used again
                                              #   by a later request, {"gone", "at"} dropped first (an eviction
@@ -68,7 +69,7 @@ class PromptBlocks(View):
                              "cache_control that this view's cache was given by pc.prefill")
         blocks = [{"state": state, "start": a, "end": e, "text": pc.model.decode(ids[a:e]), "hash": key[:8].hex(),
                    "then": None} for state, (a, e), key in zip(r.blocks, spans, keys, strict=True)]
-        request = {"label": label, "tenant": tenant, "at": pc.clock(), "input": r.input_tokens,
+        request = {"label": label, "tenant": tenant, "prompt": pc.model.decode(ids), "at": pc.clock(), "input": r.input_tokens,
                    "cached": r.cached_tokens, "written": r.written_tokens, "ms": round(result.seconds * 1e3, 1),
                    "cost": float(cost), "gone": int(gone), "tail": len(ids) - (spans[-1][1] if spans else 0), "blocks": blocks}
         self.check_size(more=len(json.dumps(request, default=str)))  # before the page is sent a view too big

@@ -12,7 +12,7 @@ import traitlets as T
 from ..generate import generate
 from ..i18n import t
 from ..memory import kv_bytes_per_token
-from .base import View, check_model, link_for, module, prompt_ids, rounded
+from .base import View, check_model, link_for, module, pieces, prompt_ids, rounded
 
 PREVIEW = 8  # numbers of each row drawn (KV head 0, dims 0-7); every layer holds n_kv_head × head_dim
 
@@ -43,7 +43,7 @@ class CacheGrowth(View):
 
         gen = generate(model, ids, new_tokens, cache=cache, on_token=record, stop_at_eos=False)
         held = gen.prompt_ids + gen.ids[:-1]  # the last token picked is never fed, so never cached
-        tokens = [model.decode([i]) for i in held]
+        tokens = pieces(model, held)
         fed = [len(gen.prompt_ids)] + [1] * (len(gen.ids) - 1)
         c = model.config
         shape = dict(n_layer=c.n_layer, n_kv_head=c.n_kv_head, head_dim=c.head_dim,
