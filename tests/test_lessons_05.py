@@ -215,11 +215,11 @@ def loop_without_the_new_token(model, prompt_ids, n):  # a common slip: the cach
 @pytest.mark.parametrize("name", ["tiny", "small_llama"])
 def test_the_cached_loop_exercise(request, name):
     model = request.getfixturevalue(name)
-    prompt = model.encode(n05.EXAMPLE)
-    assert exercises.check("05.cached_loop", cached_loop(model, prompt, 20), model).correct is True
-    assert exercises.check("05.cached_loop", loop_without_the_new_token(model, prompt, 20), model).correct is False
-    assert exercises.check("05.cached_loop", cached_loop(model, prompt, 19), model).correct is False
-    stub = exercises.check("05.cached_loop", ..., model)  # the notebook's untouched stub returns ...
+    assert exercises.check("05.cached_loop", cached_loop, model).correct is True
+    assert exercises.check("05.cached_loop", loop_without_the_new_token, model).correct is False
+    short = exercises.check("05.cached_loop", lambda model, prompt_ids, n: cached_loop(model, prompt_ids, n - 1), model)
+    assert short.correct is False
+    stub = exercises.check("05.cached_loop", lambda model, prompt_ids, n: ..., model)  # the notebook's untouched stub
     assert stub.correct is None and "Replace" in stub.verdict.value
 
 
