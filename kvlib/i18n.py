@@ -462,6 +462,20 @@ TEXT = {
                         "zh": "  命中率 0% 的代价：相对不用提示词缓存 {cost}"},
     "speed.zero_hits_none": {"en": "  cost of a 0 % hit rate: none measured, cold took {less} less than no prompt cache",
                              "zh": "  命中率 0% 的代价：没有测出来，冷缓存反而比不用提示词缓存少用 {less}"},
+    # speed.growth: a timed curve read as it came out
+    "speed.curve.cold": {"en": "The cold prefill", "zh": "冷预填充"},
+    "speed.curve.uncached": {"en": "The step without the cache", "zh": "不用缓存的一步"},
+    "speed.grows": {"en": "{what} grew with the length at every point here: {first} ms at {a} tokens → {last} ms at "
+                          "{b} ({x}x the time for {y}x the tokens).",
+                    "zh": "{what}在这里每一个点都随长度变长：{a} 个 token 用 {first} ms → {b} 个用 {last} ms"
+                          "（token 是 {y} 倍，时间是 {x} 倍）。"},
+    "speed.bends": {"en": "{what} is not monotone here: {pairs}. This machine's noise outweighed the work between "
+                          "those lengths: read no trend there (a rerun moves it).",
+                    "zh": "{what}在这里不是单调的：{pairs}。在这几个长度之间，这台机器的波动盖过了工作量的差别："
+                          "别从那里读出趋势（重跑一次，它会变）。"},
+    "speed.bend": {"en": "{a} tokens took longer than {b} ({x} against {y} ms)",
+                   "zh": "{a} 个 token 反而比 {b} 个慢（{x} ms 对 {y} ms）"},
+    "speed.bend_join": {"en": "; ", "zh": "；"},
     "plot.context.measured": {"en": "measured (fastest of several repeats)", "zh": "实测（多次重复中最快的一次）"},
     "plot.context.trend": {"en": "trend: {intercept} ms + {slope} ms per 1,000 cached tokens",
                            "zh": "趋势：{intercept} ms + 每 1,000 个缓存 token {slope} ms"},

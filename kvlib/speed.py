@@ -1,10 +1,13 @@
 """How fast kvlib's own paths run, measured for the lessons: a decode step with and without the KV cache
-(notebook 5), time to first token with a warm, a cold and no prompt cache (notebooks 6 and 7), and batched
-decoding's tokens per second (notebook 8). The benchmark suite (bench.py, `python -m kvlib bench`) runs them
-too, beside transformers.
+(notebook 5), time to first token with a warm, a cold and no prompt cache (notebooks 6 and 7), at one length or
+at several (notebook 6's curve), and batched decoding's tokens per second (notebook 8). The benchmark suite
+(bench.py, `python -m kvlib bench`) runs some of them too, beside transformers.
 
 Each takes turns between what it compares and keeps the fastest (or the median) of several rounds, so a busy
-moment of the machine slows all alike; the clock is measure.timed, which waits for the device.
+moment of the machine slows all alike; a curve (several lengths) first runs one round untimed, so the length
+timed first does not pay for the warm-up. The clock is measure.timed, which waits for the device. A timed
+curve can still bend where the machine's noise outweighs the work between two lengths: `growth` reads it as
+it came out, and says where it bent rather than reading a trend into it.
 """
 
 import statistics
@@ -15,7 +18,7 @@ import torch
 from .batching import generate_batch
 from . import i18n
 from .errors import KVLibError
-from .measure import bare_matmul_seconds, check_repeats, random_ids, timed
+from .measure import bare_matmul_seconds, check_repeats, one_thread, random_ids, timed
 from .texttable import pad
 
 
@@ -25,7 +28,9 @@ def step_seconds(model, lengths=(32, 64, 128, 256, 512), repeats=3, seed=0):
     timed rounds.
 
     Only these lengths are timed; nothing between them is interpolated. The lengths take turns, after an
-    untimed round, so a busy moment of the machine slows all of them alike."""
+    untimed round, so a busy moment of the machine slows all of them alike; on one CPU thread
+    (measure.one_thread): on a busy 2-core machine two threads made the uncached step 4-5x slower and let it
+    bend (a longer text timed faster than a shorter)."""
     lengths = sorted(int(n) for n in lengths)
     if not lengths or lengths[0] < 2 or lengths[-1] > model.config.n_ctx:
         raise KVLibError(f"lengths must lie between 2 and {model.config.n_ctx} ({model.name}'s context); "
@@ -33,7 +38,7 @@ def step_seconds(model, lengths=(32, 64, 128, 256, 512), repeats=3, seed=0):
     check_repeats(repeats)
     ids = random_ids(model, lengths[-1], seed)
     best = {"cached": [float("inf")] * len(lengths), "uncached": [float("inf")] * len(lengths)}
-    with torch.inference_mode():
+    with torch.inference_mode(), one_thread():
         caches, cache = [], model.new_cache()
         for n in lengths:  # a cache holding the n - 1 tokens before each step's one
             model.forward(ids[len(cache):n - 1], cache=cache, last_only=True)
@@ -76,6 +81,74 @@ def prompt_caching(model, prompt_len=1024, uncached_tail=16, repeats=3, seed=0, 
     return {"seconds": {k: statistics.median(v) for k, v in runs.items()},
             "best": {k: min(v) for k, v in runs.items()}, "runs": runs, "receipt": res.receipt,
             "prompt_len": prompt_len, "model": model.name}
+
+
+def prompt_caching_by_length(model, lengths, uncached_tail=16, repeats=3, seed=0):
+    """Time to first token at each prompt length in `lengths`, through an empty prompt cache (cold) and with all
+    but the last `uncached_tail` tokens cached (warm): {"lengths", "best": {"cold": [s], "warm": [s]} (each the
+    fastest of `repeats` rounds), "receipts" (each length's last warm receipt), "repeats", "model"}.
+
+    The order is taken out of the measurement: one round untimed first (the first prefill of a process pays
+    for its warm-up: 450 ms cold at 64 tokens against 30-80 ms at 128-448, timed first), then round after
+    round every length in turn, cold then warm, each with a new tail; the fastest of each is kept. On one CPU
+    thread (measure.one_thread): on a busy 2-core machine two threads made tiny's prefills several times slower
+    and bent the curve."""
+    from .prompt_cache import PromptCache
+
+    lengths = sorted(int(n) for n in lengths)
+    if not lengths or lengths[0] <= uncached_tail or lengths[-1] > model.config.n_ctx:
+        raise KVLibError(f"lengths must lie between {uncached_tail + 1} (more than the uncached tail) and "
+                         f"{model.config.n_ctx} ({model.name}'s context); got {lengths}")
+    check_repeats(repeats)
+    shared = random_ids(model, lengths[-1], seed)
+    warm = []
+    for n in lengths:  # a cache per length holding that length's shared part
+        cache = PromptCache(model, block_size=16)
+        cache.prefill(shared[:n - uncached_tail] + random_ids(model, 1, seed + 1))
+        warm.append(cache)
+    best = {"cold": [float("inf")] * len(lengths), "warm": [float("inf")] * len(lengths)}
+    receipts = [None] * len(lengths)
+    with one_thread():
+        for round in range(repeats + 1):  # round 0 warms up
+            for k, n in enumerate(lengths):
+                prompt = shared[:n - uncached_tail] + random_ids(model, uncached_tail, seed + 2 + round)
+                cold = PromptCache(model, block_size=16).prefill(prompt).seconds
+                res, seconds = timed(lambda: warm[k].prefill(prompt), model.device)
+                receipts[k] = res.receipt
+                if round:
+                    best["cold"][k], best["warm"][k] = min(best["cold"][k], cold), min(best["warm"][k], seconds)
+    return {"lengths": lengths, "best": {k: np.array(v) for k, v in best.items()}, "receipts": receipts,
+            "repeats": repeats, "model": model.name}
+
+
+def bends(lengths, values):
+    """Where a curve that should grow with the length does not: the (shorter, longer) neighbouring lengths at
+    which the longer took less."""
+    points = list(zip(lengths, values))
+    return [(a, b) for (a, x), (b, y) in zip(points, points[1:]) if y < x]
+
+
+def _ms(v):  # milliseconds as a line prints them: 3.2, 45, 1,230
+    return f"{v:.1f}" if v < 10 else f"{v:,.0f}"
+
+
+def growth(lengths, ms, curve):
+    """One line reading a timed curve (milliseconds at each length) that the lesson expects to grow with the
+    length, as the numbers came out: how much it grew when it grew at every step; else where it bent (a
+    longer length timed faster than a shorter), named as this run's noise, not a trend. `curve` names it:
+    "cold" (a cold prefill) or "uncached" (a decode step without the cache)."""
+    lengths, ms = [int(n) for n in lengths], [float(v) for v in ms]
+    if len(lengths) != len(ms) or len(lengths) < 2:
+        raise KVLibError(f"growth reads a curve of two points or more, one time per length: got {len(lengths)} "
+                         f"lengths and {len(ms)} times")
+    what = i18n.t(f"speed.curve.{curve}")
+    bent = bends(lengths, ms)
+    if not bent:
+        return i18n.t("speed.grows", what=what, a=lengths[0], b=lengths[-1], first=_ms(ms[0]), last=_ms(ms[-1]),
+                      x=f"{ms[-1] / ms[0]:.1f}", y=f"{lengths[-1] / lengths[0]:.1f}".removesuffix(".0"))
+    at = {n: v for n, v in zip(lengths, ms)}
+    pairs = i18n.t("speed.bend_join").join(i18n.t("speed.bend", a=a, b=b, x=_ms(at[a]), y=_ms(at[b])) for a, b in bent)
+    return i18n.t("speed.bends", what=what, pairs=pairs)
 
 
 BATCHES = (1, 8, 32)

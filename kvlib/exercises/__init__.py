@@ -4,7 +4,9 @@ Each exercise is registered under an id such as "02.gpt2_tokens" (notebook, name
 function that computes its answer live from the model the notebook passes in, so an
 answer is never typed in and stays right on tiny, SmolLM2 or GPT-2. `check` says right
 or wrong, gives the hint when wrong, and shows the answer and its explanation only when
-the learner presses "Show the answer". Definitions live beside this file, one module
+the learner presses "Show the answer". Where the learner writes a function (notebook 5's
+cached loop), the exercise's `run` calls it, watching how it reaches its result, and may
+refuse a right result reached the wrong way (a loop that recomputes instead of using its cache). Definitions live beside this file, one module
 per notebook (n01.py ...), and are checked by tests with a right and a wrong answer.
 """
 
@@ -29,6 +31,8 @@ class Exercise:
     explain: object      # why; may use {answer}; a str or one per language
     uses: tuple          # what the notebook passes, for the tests: "model" (its default), "smollm2", ...
     tolerance: float     # numbers: relative tolerance (0: exact)
+    run: object = None   # where the guess is a function the learner wrote: run(fn, *args) -> (what it returned,
+                         # None, or why that is wrong however right it looks: a str or one per language)
 
     def matches(self, guess, right):
         if isinstance(right, bool):  # True/False only: 0 and 1 are numbers, not a yes or a no
@@ -60,15 +64,16 @@ MAX_TOLERANCE = 0.03
 REGISTRY = {}
 
 
-def exercise(id, hint, explain, uses=("model",), tolerance=0.0):
-    """Register the decorated function as the live answer of exercise `id`; its docstring is the question."""
+def exercise(id, hint, explain, uses=("model",), tolerance=0.0, run=None):
+    """Register the decorated function as the live answer of exercise `id`; its docstring is the question.
+    run: for an exercise whose guess is the learner's function (see Exercise.run)."""
     if not 0 <= tolerance <= MAX_TOLERANCE:
         raise ValueError(f"exercise {id!r}: tolerance {tolerance} is outside 0..{MAX_TOLERANCE}")
 
     def register(fn):
         if id in REGISTRY:
             raise ValueError(f"exercise {id!r} is defined twice")
-        REGISTRY[id] = Exercise(id, (fn.__doc__ or "").strip(), fn, hint, explain, tuple(uses), tolerance)
+        REGISTRY[id] = Exercise(id, (fn.__doc__ or "").strip(), fn, hint, explain, tuple(uses), tolerance, run)
         return fn
     return register
 
@@ -81,12 +86,16 @@ class Check(W.VBox):
         self.verdict, self.answer = W.HTML(), W.HTML()
         self.reveal = W.Button(description=t("check.reveal"), icon="eye", layout=W.Layout(width="auto"))
         self.reveal.on_click(lambda _: self.show_answer())
+        fault = None
+        if guess is not Ellipsis and ex.run is not None:
+            guess, fault = ex.run(guess, *args)  # the learner's function, run and watched: what it returned
         if guess is Ellipsis:
             self.verdict.value = t("check.pending")
         else:
-            self.correct = ex.matches(guess, ex.answer(*args))
+            self.correct = fault is None and ex.matches(guess, ex.answer(*args))
+            hint = local(ex.hint if fault is None else fault)  # what the run saw, when it saw something wrong
             self.verdict.value = (t("check.right") if self.correct else
-                                  t("check.wrong", guess=html.escape(repr(guess)), hint=html.escape(local(ex.hint))))
+                                  t("check.wrong", guess=html.escape(repr(guess)), hint=html.escape(hint)))
             if self.correct:
                 self.show_answer()
         super().__init__([self.verdict, self.reveal, self.answer])

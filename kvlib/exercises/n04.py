@@ -4,6 +4,9 @@ from .. import attention
 from ..trace import Trace
 
 SHORT, KING = "The king is", "The king is dead, long live the"  # the notebook's running example
+LINE = "To be, or not to be, that is the"  # notebook 1's: a text the learner has not seen in notebook 4's heads
+PREVIOUS_TOKEN_HEAD = 16, 0  # SmolLM2's (layer, head) whose every row weighs the token just before it most, on
+#                              every text tried: KING, LINE, "Mary had a little lamb, ...", "The capital of France is"...
 
 
 def read_king(model):  # -> the Trace of one pass over KING, and its tokens as text
@@ -28,31 +31,41 @@ def masked_weights(model):
 
 
 @exercise("04.top_word", uses=("smollm2",),
-          hint={"en": "Run the next cell to see its top guess, then try again: three words leave a model many ways "
-                      "to go on.",
-                "zh": "运行下一个单元格，看看它最看好的词，再试一次：只有三个词，模型可以有很多种接法。"},
-          explain={"en": "SmolLM2 ranks {answer!r} first after 'The king is' (its probability is printed by the next "
-                         "cell): with so little text, many continuations are likely.",
+          hint={"en": "A model ranks each word by how often it came next in text like its training text, summed over "
+                      "every way the sentence could go on. Imagine many endings of 'The king is ...' (dead, not here, "
+                      "a good man, the one who ..., coming): which single word begins the most of them?",
+                "zh": "模型给每个词的分数，看的是在它读过的那类文字里这个词接在后面有多常见，把句子所有可能的接法都加在一起。"
+                      "想一想 'The king is ...' 的各种结尾（dead、not here、a good man、the one who ...、coming）："
+                      "哪一个词打头的结尾最多？"},
+          explain={"en": "SmolLM2 ranks {answer!r} first after 'The king is' (the next cell prints its probability): "
+                         "with so little text no one ending is likely, so a short word that begins many of them beats "
+                         "any vivid one.",
                    "zh": "在 'The king is' 后面，SmolLM2 排第一的是 {answer!r}（概率由下一个单元格打印）："
-                         "文本这么短，好几种接法的可能性都不小。"})
+                         "文本这么短，没有哪一种结尾特别可能，所以能开启很多种结尾的短词胜过任何一个具体的词。"})
 def top_word(smollm2):
     """Which word does SmolLM2 rank first after "The king is"? (type the word, without a space)"""
     return attention.top_next(smollm2, SHORT, k=1)[0].token.strip()
 
 
-@exercise("04.layer10_head1", uses=("smollm2",),
-          hint={"en": "Pick layer 10 and head 1 in the SmolLM2 explorer above and read the last row (where the "
-                      "explorer shows as text, run views.AttentionGrid.of(smollm2, king, layer=10, head=1) in a new "
-                      "cell).",
-                "zh": "在上面 SmolLM2 的注意力查看器里选第 10 层、头 1，读最后一行（查看器只显示成文字时，"
-                      "在新单元格里运行 views.AttentionGrid.of(smollm2, king, layer=10, head=1)）。"},
-          explain={"en": "In SmolLM2's layer 10, head 1, the last token ' the' puts most of its weight on {answer!r}.",
-                   "zh": "在 SmolLM2 的第 10 层、头 1 里，最后一个 token ' the' 把最多的权重放在 {answer!r} 上。"})
-def layer10_head1(smollm2):
-    """In SmolLM2's layer 10, head 1, which earlier word does the last token of "The king is dead, long live the"
-    weigh most?"""
-    trace, tokens = read_king(smollm2)
-    return attention.most_attended(trace.layers[10].weights[1, -1], tokens).token.strip()
+@exercise("04.previous_token", uses=("smollm2",),
+          hint={"en": "In the explorer, pick layer 16, head 0 and compare each row's darkest cell with the row's own "
+                      "token: how far back is it? Take the same step back from the last ' the' of the new text.",
+                "zh": "在注意力查看器里选第 16 层、头 0，把每一行颜色最深的那一格和这一行自己的 token 比一比：往回隔了几个？"
+                      "从新句子最后的 ' the' 往回隔同样几个。"},
+          explain={"en": "{answer!r}, the token just before ' the'. Layer 16, head 0 is a previous-token head: each "
+                         "query weighs the key one position back most, whatever the words there, so the rule you found "
+                         "on one sentence predicts its rows on a text you never looked at in it.",
+                   "zh": "{answer!r}，也就是紧挨在 ' the' 前面的那个 token。第 16 层、头 0 是一个“前一个 token”头："
+                         "每个 query 都最看重往回一个位置的 key，不管那里是什么词，所以你在一句话上找到的规律，"
+                         "能预测它在一段你从没在这个头里看过的文字上的每一行。"})
+def previous_token(smollm2):
+    """In SmolLM2's layer 16, head 0, each token of "The king is dead, long live the" gives most of its weight to
+    one earlier token: find the rule in the explorer. Then predict: in that head, reading "To be, or not to be, that
+    is the", which word does the last token ' the' weigh most?"""
+    ids, trace = smollm2.encode(LINE), Trace()
+    smollm2.forward(ids, trace=trace)
+    layer, head = PREVIOUS_TOKEN_HEAD
+    return attention.most_attended(trace.layers[layer].weights[head, -1], [smollm2.decode([i]) for i in ids]).token.strip()
 
 
 @exercise("04.keys_per_layer", uses=("smollm2",),

@@ -73,14 +73,87 @@ def smollm2_bytes(smollm2):
     return cache.nbytes // len(cache)
 
 
-@exercise("05.cached_loop",
+class Watched:
+    """A model that writes down each forward call's tokens fed and cache, for the cached loop's check."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, []  # calls: (tokens fed, the cache passed or None)
+
+    def forward(self, ids, cache=None, *args, **kwargs):
+        self.calls.append((len(ids), cache))
+        return self.model.forward(ids, cache, *args, **kwargs)
+
+    def __getattr__(self, name):  # everything else is the model's: new_cache, encode, config...
+        return getattr(self.model, name)
+
+
+NEW_TOKENS = 20
+
+FAULTS = {
+    "function": {"en": "pass your function itself, not what it returned: exercises.check(\"05.cached_loop\", "
+                       "my_generate, model). The check runs it and counts the tokens each model.forward call is fed.",
+                 "zh": "传入函数本身，而不是它的返回值：exercises.check(\"05.cached_loop\", my_generate, model)。"
+                       "检查会运行它，数每次调用 model.forward 送进去几个 token。"},
+    "no_call": {"en": "your loop never called model.forward: the ids must come from the model, step by step.",
+                "zh": "你的循环一次也没调用 model.forward：id 要由模型一步一步算出来。"},
+    "no_cache": {"en": "your loop called model.forward without a cache (tokens fed per call: {fed}), so every step "
+                       "ran the whole text again. Make one cache before the loop, pass it to every call "
+                       "(cache=cache), and after the prompt feed only the token you just picked.",
+                 "zh": "你的循环调用 model.forward 时没传缓存（每次送进去的 token 数：{fed}），所以每一步都把整段文字"
+                       "重算了一遍。在循环之前建一个缓存，每次调用都传给它（cache=cache），提示词之后只送刚选出的那个 token。"},
+    "many_caches": {"en": "your loop fed {caches} different caches (tokens fed per call: {fed}). One cache, made "
+                          "before the loop, keeps every token's K and V: pass that one to every call.",
+                    "zh": "你的循环用了 {caches} 个不同的缓存（每次送进去的 token 数：{fed}）。只要一个缓存，在循环之前建好，"
+                          "它存着每个 token 的 K 和 V：每次调用都传这一个。"},
+    "fed_again": {"en": "your loop fed the cache {total} tokens for a {prompt}-token prompt and {n} new tokens "
+                        "(per call: {fed}): some went in twice. After the prompt, feed only the token you just "
+                        "picked; the cache already holds the rest.",
+                  "zh": "提示词 {prompt} 个 token、新写 {n} 个，你的循环却给缓存送了 {total} 个（每次：{fed}）："
+                        "有的 token 送了两遍。提示词之后只送刚选出的那个 token；其余的缓存里都有。"},
+}
+
+
+def _per_call(fed):  # "4, 5, 6, 7, 8, 9, …"
+    return ", ".join(str(n) for n in fed[:6]) + (", …" if len(fed) > 6 else "")
+
+
+def _fault(key, **values):
+    return {lang: text.format(**values) for lang, text in FAULTS[key].items()}
+
+
+def watch_loop(fn, model):
+    """Run the learner's loop on the running example with a model that writes its forward calls down -> (the ids
+    it returned, None or why it is not a cached loop: no call, a call without a cache, more than one cache, or
+    a token fed twice). A cached loop feeds each token once: the prompt, then one token per step."""
+    if not callable(fn):
+        return fn, _fault("function")
+    watched, prompt = Watched(model), model.encode(EXAMPLE)
+    ids = fn(watched, list(prompt), NEW_TOKENS)
+    if ids is Ellipsis:  # the notebook's untouched stub
+        return ids, None
+    fed, caches = [n for n, _ in watched.calls], [c for _, c in watched.calls]
+    if not fed:
+        return ids, _fault("no_call")
+    if any(c is None for c in caches):
+        return ids, _fault("no_cache", fed=_per_call(fed))
+    if len({id(c) for c in caches}) > 1:
+        return ids, _fault("many_caches", caches=len({id(c) for c in caches}), fed=_per_call(fed))
+    if sum(fed) > len(prompt) + NEW_TOKENS:
+        return ids, _fault("fed_again", total=sum(fed), prompt=len(prompt), n=NEW_TOKENS, fed=_per_call(fed))
+    return ids, None
+
+
+@exercise("05.cached_loop", run=watch_loop,
           hint={"en": "Feed the prompt once into a new cache; after that, feed only the token you just picked (the "
                       "cache already holds the rest), and pick each token as the argmax of the last row of logits.",
                 "zh": "先把提示词送进一个新缓存，只送一次；之后每步只送你刚选出的那个 token（其余的缓存里都有），"
                       "每个 token 取最后一行 logits 的 argmax。"},
-          explain={"en": "kvlib.generate's greedy ids: {answer}. Your loop is right when it matches them token for token.",
-                   "zh": "kvlib.generate 贪心解码得到的 id：{answer}。你的循环和它一个 token 一个 token 都对上，就对了。"})
+          explain={"en": "kvlib.generate's greedy ids: {answer}. Your loop is right when it matches them token for token "
+                         "and feeds each token once, into one cache: the prompt, then one token per step.",
+                   "zh": "kvlib.generate 贪心解码得到的 id：{answer}。你的循环和它一个 token 一个 token 都对上，"
+                         "并且每个 token 只送一次、都送进同一个缓存（先是提示词，之后每步一个 token），就对了。"})
 def cached_loop(model):
     """Write greedy generation with a KV cache, using model.forward(ids, cache=cache): the 20 token ids that
-    follow the running example, "The king is dead"."""
-    return generate(model, EXAMPLE, 20, stop_at_eos=False).ids
+    follow the running example, "The king is dead". The check runs your function and counts the tokens each
+    model.forward call is fed."""
+    return generate(model, EXAMPLE, NEW_TOKENS, stop_at_eos=False).ids
