@@ -23,7 +23,8 @@ from ..prompt_cache import Prefill, PromptCache
 from ..texttable import text_table
 from .base import View, module, prompt_ids
 
-GONE = {"expire": "expired", "evict": "evicted"}  # an event's kind -> the word a row and its tooltip say (blocks.<word>)
+GONE = {"expire": "expired", "evict": "evicted"}
+STORED_ENTRY = len(json.dumps({"0" * 16: {"expires": -1e9 / 7}})) + 2  # one block in `stored` as JSON, with its ", "  # an event's kind -> the word a row and its tooltip say (blocks.<word>)
 
 
 class PromptBlocks(View):
@@ -72,7 +73,8 @@ class PromptBlocks(View):
         request = {"label": label, "tenant": tenant, "prompt": pc.model.decode(ids), "at": pc.clock(), "input": r.input_tokens,
                    "cached": r.cached_tokens, "written": r.written_tokens, "ms": round(result.seconds * 1e3, 1),
                    "cost": float(cost), "gone": int(gone), "tail": len(ids) - (spans[-1][1] if spans else 0), "blocks": blocks}
-        self.check_size(more=len(json.dumps(request, default=str)))  # before the page is sent a view too big
+        # before the page is sent a view too big: the request, and the entry each of its blocks adds to `stored`
+        self.check_size(more=len(json.dumps(request, default=str)) + STORED_ENTRY * len(blocks))
         # a hit chip shows the stored block it read: its own key, or (explicit marks cut the prefix otherwise
         # than the request that wrote it) the deepest key that hit, whose blocks hold all of the hit
         reads = [key if d >= hits or key in pc.index else keys[hits - 1] for d, key in enumerate(keys)]
