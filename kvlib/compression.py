@@ -45,6 +45,7 @@ class Result:
     kl: float             # nats, mean over positions
     per_position: list = field(default=None, repr=False)  # loss of each next token, for a plot
     baseline_per_position: list = field(default=None, repr=False)
+    baseline_dtype: str = ""  # the numbers the baseline caches ("fp32", "bf16"): what the saving is set against
 
     @property
     def saving(self):  # fraction of the cache's bytes saved
@@ -55,8 +56,10 @@ class Result:
         return self.loss - self.baseline_loss
 
     def __str__(self):
+        baseline = f"{self.baseline_bytes_per_token:,.0f}"
         return t("compression.result", name=self.name, bytes=f"{self.bytes_per_token:,.0f}",
-                 baseline=f"{self.baseline_bytes_per_token:,.0f}", saving=f"{self.saving:.0%}", loss=f"{self.loss:.3f}",
+                 baseline=t("compression.in_dtype", baseline=baseline, dtype=self.baseline_dtype) if self.baseline_dtype
+                 else baseline, saving=f"{self.saving:.0%}", loss=f"{self.loss:.3f}",
                  baseline_loss=f"{self.baseline_loss:.3f}", kl=f"{self.kl:.4f}")
 
 
@@ -69,6 +72,9 @@ def heldout_ids(model, n_tokens):  # -> list[int], the first n_tokens of the pla
     if not isinstance(n_tokens, int) or not 2 <= n_tokens <= len(ids):
         raise KVLibError(f"ask for 2 to {len(ids):,} tokens of the held-out text, not {n_tokens!r}")
     return ids[:n_tokens]
+
+
+SHORT_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def _baseline_bytes(model):  # per token, as the model caches it, in its own dtype
@@ -99,7 +105,7 @@ def _measure(name, model, ids, logits, bytes_per_token):  # [T], [T, V] -> Resul
     kl = F.kl_div(log_probs, base, log_target=True, reduction="batchmean").item()  # mean of sum p_base log(p_base/p)
     losses, base_losses = _losses(log_probs, ids), _losses(base, ids)
     return Result(name, bytes_per_token, _baseline_bytes(model), losses.mean().item(), base_losses.mean().item(),
-                  max(kl, 0.0), losses.tolist(), base_losses.tolist())
+                  max(kl, 0.0), losses.tolist(), base_losses.tolist(), SHORT_DTYPES[model.dtype])
 
 
 # --- grouped K/V heads -------------------------------------------------------------------------

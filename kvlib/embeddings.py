@@ -87,6 +87,27 @@ def separation_by_dims(model, max_dims=10):  # -> [separation in 1D, 2D, ..., ma
     return scores
 
 
+def leads(scores, others, words):
+    """Two separation curves over the same `words` words -> {"ahead": dims, "level": dims, "behind": dims}: the
+    numbers of dimensions kept where the first sorts more than one word more than the other, within one word
+    of it, or more than one word fewer. One word either way is a single word landing nearer another centre."""
+    out = {"ahead": [], "level": [], "behind": []}
+    for dims, (a, b) in enumerate(zip(scores, others), 1):
+        more = round((a - b) * words)  # words sorted to their own family, more than the other curve
+        out["level" if abs(more) <= 1 else "ahead" if more > 0 else "behind"].append(dims)
+    return out
+
+
+def spans(numbers):  # [1, 2, 3, 5, 7, 8] -> "1–3, 5, 7–8"
+    runs = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs)
+
+
 def dims_to_reach(scores, level):  # -> the fewest dimensions whose separation reaches `level` (None: never)
     return next((d for d, s in enumerate(scores, 1) if s >= level), None)
 

@@ -435,8 +435,9 @@ TEXT = {
         "en": "latent attention counted as full K and V per head", "zh": "把潜在注意力算成每个头完整的 K 和 V"},
     "compression.result": {"en": "{name}: {bytes} bytes/token vs {baseline} ({saving} saved), loss {loss} vs "
                                  "{baseline_loss} nats, KL {kl} nats",
-                           "zh": "{name}：每 token {bytes} 字节，原来 {baseline}（省下 {saving}），loss {loss}，原来 "
+                           "zh": "{name}：每 token {bytes} 字节，原来 {baseline}（省下 {saving}），损失 {loss}，原来 "
                                  "{baseline_loss} nats，KL {kl} nats"},
+    "compression.in_dtype": {"en": "{baseline} in {dtype}", "zh": "{dtype} 的 {baseline}"},
     "compression.grouped": {"en": "{kind}: {heads} for {n} query heads (averaged, not trained)",
                             "zh": "{kind}：{n} 个 query 头共用 {heads}（平均出来的，不是训练出来的）"},
     "compression.kv_head": {"en": "1 K/V head", "zh": "1 个 K/V 头"},
@@ -455,7 +456,7 @@ TEXT = {
     "speed.warm": {"en": "prompt cache, warm", "zh": "提示词缓存，热"},
     "speed.receipt": {"en": "  warm receipt: {input} input, {cached} cached, {written} written",
                       "zh": "  热缓存的回执：输入 {input}，缓存 {cached}，写入 {written}"},
-    "speed.faster": {"en": "  warm vs cold: warm was {x}x faster", "zh": "  热缓存对冷缓存：热缓存用的时间只有冷缓存的 1/{x}"},
+    "speed.faster": {"en": "  warm vs cold: warm was {x}x faster", "zh": "  热缓存对冷缓存：热缓存快了约 {x} 倍（用时约为冷缓存的 1/{x}）"},
     "speed.slower": {"en": "  warm vs cold: warm was {x}x slower", "zh": "  热缓存对冷缓存：热缓存反而更慢，用的时间是冷缓存的 {x} 倍"},
     "speed.noise": {"en": " (within noise: their runs overlapped)", "zh": "（在误差之内：两者的各次运行有重叠）"},
     "speed.zero_hits": {"en": "  cost of a 0 % hit rate: {cost} over no prompt cache",
@@ -487,7 +488,7 @@ TEXT = {
     "plot.savings.xlabel": {"en": "% of the cache's bytes saved", "zh": "缓存字节省下的百分比（%）"},
     "plot.savings.ylabel": {"en": "KL from the full model (nats, log)", "zh": "与完整模型的 KL（nats，对数）"},
     "plot.loss.xlabel": {"en": "position in the text (tokens)", "zh": "在文本中的位置（token）"},
-    "plot.loss.ylabel": {"en": "loss (nats), mean of {n} positions", "zh": "loss（nats），{n} 个位置的平均"},
+    "plot.loss.ylabel": {"en": "loss (nats), mean of {n} positions", "zh": "损失（nats），{n} 个位置的平均"},
     # notebook 08 (serving): the throughput plot, the serving timeline (views/timeline), the engine's tables
     "plot.batch.free": {"en": "dotted: b x batch 1 (free batching)", "zh": "点线：b 倍于 batch 1（批处理不花钱）"},
     "plot.batch.xlabel": {"en": "batch size b (sequences decoded together)", "zh": "batch 大小 b（一起解码的序列数）"},
@@ -581,7 +582,7 @@ TEXT = {
     # notebook 06, prompt caching: the PromptBlocks view (its JS reads the "blocks." entries as words)
     "blocks.hit": {"en": "hit: read from the cache", "zh": "命中：从缓存里读出"},
     "blocks.written": {"en": "written: computed, then stored", "zh": "写入：算完后存进缓存"},
-    "blocks.computed": {"en": "computed, not stored", "zh": "算了，但不存"},
+    "blocks.computed": {"en": "computed, not stored", "zh": "算过，但没存"},
     "blocks.col.label": {"en": "request", "zh": "请求"},
     "blocks.col.tenant": {"en": "tenant", "zh": "租户"},
     "blocks.col.at": {"en": "sent", "zh": "发送于"},

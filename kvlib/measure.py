@@ -1,6 +1,6 @@
 """Measuring tools every lesson and the benchmark share: a clock that waits for the device, one CPU
-thread to time on, the count of rounds whose fastest is kept, random prompts, and the bytes and bare
-matmuls a decode step cannot do without.
+thread to time on, the count of rounds whose fastest is kept, random prompts, the bytes and bare
+matmuls a decode step cannot do without, and the share of a step those matmuls take.
 
 Every clock read here first waits for the device (`models.synchronize`): a GPU runs
 ahead of Python, and a clock read without waiting times the queueing, not the work.
@@ -62,10 +62,9 @@ def step_weight_bytes(model):
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def bare_matmul_seconds(model, repeats=5, batch=1):
-    """Median seconds of one decode step's weight matmuls alone: every matrix of every layer and the
-    output head times `batch` tokens' vectors (one per sequence of a batch), back to back, nothing
-    else. What torch itself reaches."""
+def matmul_pass(model, batch=1):
+    """One decode step's weight matmuls alone, as a function to time: every matrix of every layer and the
+    output head times `batch` tokens' vectors (one per sequence of a batch), back to back, nothing else."""
     weights = [w for layer in model.params["h"] for w in layer.values() if w.ndim == 2]  # [in, out] each
     weights.append(model.params["lm_head.weight"])  # [C, V]
     xs = {n: torch.randn(batch, n, device=model.device, dtype=model.dtype) for n in {w.shape[0] for w in weights}}
@@ -73,6 +72,43 @@ def bare_matmul_seconds(model, repeats=5, batch=1):
     def step():
         for w in weights:
             torch.mm(xs[w.shape[0]], w)  # [batch, in] @ [in, out]
+    return step
 
+
+def bare_matmul_seconds(model, repeats=5, batch=1):
+    """Median seconds of one decode step's weight matmuls alone (matmul_pass). What torch itself reaches."""
+    step = matmul_pass(model, batch)
     step()  # warm up
     return statistics.median(timed(step, model.device)[1] for _ in range(repeats))
+
+
+def median_share(rounds):
+    """[(step seconds, matmul seconds) of each run of a round] per round -> the median over rounds of each round's
+    fastest matmuls over its fastest step: a run a busy machine stalled is not a round's fastest, and a round it
+    slowed whole is not the median."""
+    return statistics.median(min(m for _, m in runs) / min(s for s, _ in runs) for runs in rounds)
+
+
+def matmul_share(model, rounds=40, runs=5, budget=3.0, prompt_len=8):
+    """The share of a batch-1 decode step's time its weight matmuls alone take (median_share): a decode step
+    (one token on a cache of prompt_len, cropped back after) and the step's bare matmuls (matmul_pass) timed in
+    turn, `runs` of each a round, after a warm-up round; `rounds` rounds, fewer (at least 9) where they take
+    longer than `budget` seconds. Timed in turn, both meet the machine in the same state: a share from two
+    measurements taken apart moved 2x between runs of notebook 8."""
+    check_repeats(rounds)
+    ids = random_ids(model, prompt_len + 1, 0)
+    cache, matmuls = model.new_cache(), matmul_pass(model)
+    model.forward(ids[:prompt_len], cache=cache, last_only=True)
+
+    def step():
+        model.forward(ids[prompt_len:], cache=cache, last_only=True)
+        cache.crop(prompt_len)
+
+    timings, start = [], time.perf_counter()
+    for r in range(rounds + 1):  # round 0 warms up
+        one = [(timed(step, model.device)[1], timed(matmuls, model.device)[1]) for _ in range(runs)]
+        if r:
+            timings.append(one)
+        if r >= min(9, rounds) and time.perf_counter() - start > budget:
+            break
+    return median_share(timings)

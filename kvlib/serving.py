@@ -353,6 +353,24 @@ def caching_side_by_side(model, requests, policy="continuous", max_batch=4, bloc
                         max_batch, block_size, n_blocks, repeats)
 
 
+VERDICTS = ("nothing cached", "sooner", "about the same", "later")
+
+
+def ttft_verdict(on, off, within=0.10, ms=2.0):
+    """Each request's time to first token with the index (run `on`) against without it (run `off`, the same
+    requests) -> {verdict: [labels]} for each of VERDICTS. A request that reused no token had nothing cached to
+    read and is named apart; the others are "about the same" when their two times differ by at most `within`
+    of the longer or `ms` milliseconds, whichever is more (a gap under a millisecond flips between runs of a
+    busy machine), else sooner or later with the index."""
+    verdict = {name: [] for name in VERDICTS}
+    for s, t in zip(on.served, off.served):
+        gap = t.ttft - s.ttft  # > 0: sooner with the index
+        same = abs(gap) <= max(within * max(s.ttft, t.ttft), ms / 1e3)
+        name = "nothing cached" if s.reused == 0 else "about the same" if same else "sooner" if gap > 0 else "later"
+        verdict[name].append(s.request.label)
+    return verdict
+
+
 def shared_blocks(system_tokens, held, block_size, share=True):
     """Blocks in use when users hold `held` tokens each, all starting with the same system prompt of
     system_tokens: the module's formula (with sharing, the system prompt's own sequence is kept)."""

@@ -234,3 +234,10 @@ def test_sinks_rescue_a_sliding_window_on_smollm2(smollm2):
     bare, sinks = (compression.sliding_window(smollm2, ids, 32, sinks=s) for s in (0, 4))
     assert bare.loss > sinks.loss + 0.3 and bare.kl > 2 * sinks.kl
     assert sinks.loss > sinks.baseline_loss  # still a cost: the window forgets
+
+
+def test_a_result_says_what_numbers_its_saving_is_set_against(tiny):
+    """Notebook 7's int8 line: 2,304 bytes against 8,192 is a saving against fp32, tiny's cache, and it says so."""
+    assert "vs 1,024 in bf16 (75% saved)" in str(compression.Result("hand-made", 256, 1024, 2.0, 1.5, 0.1, baseline_dtype="bf16"))
+    r = compression.quantized_kv(tiny, compression.heldout_ids(tiny, 64), 8)
+    assert r.baseline_dtype == "fp32" and f"vs {r.baseline_bytes_per_token:,.0f} in fp32" in str(r)

@@ -173,3 +173,15 @@ def test_some_smollm2_heads_follow_king_when_words_come_between(smollm2):
     kinds = attention.word_or_place(*runs)
     assert sum(map(len, kinds.values())) == smollm2.config.n_layer * smollm2.config.n_head
     assert (23, 0) in kinds["word"] and len(kinds["first"]) > len(kinds["word"])  # the head looking hardest at ' king'
+
+
+def test_leads_name_only_gaps_of_more_than_one_word():
+    """Notebook 3's default model against SmolLM2, on the curves measured for tiny and SmolLM2 (40 words): a lead
+    of one word either way is level."""
+    tiny = [0.7, 0.8, 0.875, 0.925, 0.925, 0.95, 0.95, 0.95, 0.95, 0.95]
+    smollm2 = [0.425, 0.575, 0.725, 0.9, 0.95, 0.925, 0.95, 0.95, 0.95, 0.95]
+    assert embeddings.leads(tiny, smollm2, 40) == {"ahead": [1, 2, 3], "level": [4, 5, 6, 7, 8, 9, 10], "behind": []}
+    assert embeddings.leads(smollm2, tiny, 40)["behind"] == [1, 2, 3]
+    assert embeddings.leads([0.5, 0.5], [0.55, 0.45], 40) == {"ahead": [2], "level": [], "behind": [1]}
+    assert embeddings.spans([4, 5, 6, 7, 8, 9, 10]) == "4–10" and embeddings.spans([1, 3, 5, 6]) == "1, 3, 5–6"
+    assert embeddings.spans([]) == ""

@@ -344,3 +344,19 @@ def test_batch_rates_times_the_bare_matmuls_as_it_times_the_steps(tiny, monkeypa
     assert order == [(kind, b, 2) for _ in range(3) for b in (1, 4) for kind in ("steps", "matmuls")]
     assert r["bare_tokens_per_second"] == {1: pytest.approx(1 / (0.01 / 5)), 4: pytest.approx(4 / (0.04 / 6))}
     assert "bare_tokens_per_second" not in speed.batch_rates(tiny, (1,), prompt_len=4, new_tokens=3, repeats=1)
+
+
+def test_the_ttft_verdict_names_a_gap_within_its_tolerance_about_the_same():
+    """Notebook 8's user-by-user verdict, on given times (no clock): a request that reused nothing is named apart
+    whatever its times; a gap within 10 % of the longer time or 2 ms, whichever is more, is about the same."""
+    def run(rows):  # rows [(label, reused, ttft ms)] -> a run that served them
+        return serving.ServingRun("continuous", 4, 16, 64, served=[
+            serving.Served(serving.Request(label, [1], 1), reused=reused, ttft=ms / 1e3) for label, reused, ms in rows])
+    on = run([("A", 0, 14), ("B", 112, 19), ("C", 112, 23), ("D", 112, 50), ("E", 112, 60), ("F", 112, 120), ("G", 112, 100)])
+    off = run([("A", 0, 15), ("B", 0, 28), ("C", 0, 22), ("D", 0, 54.9), ("E", 0, 55), ("F", 0, 100), ("G", 0, 89.9)])
+    # A: nothing cached (1 ms apart); B: 9 ms sooner; C: 1 ms, under 2 ms; D: 4.9 of 54.9 ms, under 10 %;
+    # E: 5 of 60 ms, under 10 %; F: 20 ms later; G: 10.1 ms of 100, over 10 %: later
+    assert serving.ttft_verdict(on, off) == {"nothing cached": ["A"], "sooner": ["B"], "about the same": ["C", "D", "E"],
+                                             "later": ["F", "G"]}
+    assert serving.ttft_verdict(on, off, within=0, ms=0)["about the same"] == []  # no tolerance: every gap decides
+    assert serving.ttft_verdict(on, off, within=0.5)["about the same"] == ["B", "C", "D", "E", "F", "G"]
