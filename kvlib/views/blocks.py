@@ -23,8 +23,8 @@ from ..prompt_cache import Prefill, PromptCache
 from ..texttable import text_table
 from .base import View, module, prompt_ids
 
-GONE = {"expire": "expired", "evict": "evicted"}
-STORED_ENTRY = len(json.dumps({"0" * 16: {"expires": -1e9 / 7}})) + 2  # one block in `stored` as JSON, with its ", "  # an event's kind -> the word a row and its tooltip say (blocks.<word>)
+GONE = {"expire": "expired", "evict": "evicted"}  # an event's kind -> the word a row and its tooltip say (blocks.<word>)
+STORED_ENTRY = len(json.dumps({"0" * 16: {"expires": -1e9 / 7}})) + 2  # one block in `stored` as JSON, with its ", "
 
 
 class PromptBlocks(View):
