@@ -16,7 +16,7 @@ import torch
 import kvlib
 from kvlib import exercises, models as kvlib_models
 
-from conftest import eager, hf_greedy
+from conftest import cached_loop, eager, hf_greedy
 
 MODELS = {"model": "tiny", "smollm2": "smollm2", "random-gpt2": "random-gpt2"}  # what the notebooks pass, offline
 LINE = "To be, or not to be, that is the"  # notebook 1's running example
@@ -128,15 +128,6 @@ EXPECTED = {
 def pinned(ex, hf):
     value = EXPECTED[ex.id]
     return value(hf) if callable(value) else value
-
-
-def cached_loop(model, prompt_ids, n):  # a learner's right answer to 05.cached_loop
-    cache, ids = model.new_cache(), []
-    logits = model.forward(prompt_ids, cache=cache)
-    for _ in range(n):
-        ids.append(int(logits[-1].argmax()))
-        logits = model.forward([ids[-1]], cache=cache)
-    return ids
 
 
 def as_guess(ex, value):

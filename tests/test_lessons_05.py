@@ -15,6 +15,7 @@ from kvlib.exercises import n05
 from kvlib.models import Config
 
 from bounds import assert_logits_close, hf_logits, logit_bound
+from conftest import cached_loop
 from conftest import hf_model
 
 GPT2_SMALL = Config(12, 12, 768, 1024, 50257)
@@ -191,15 +192,6 @@ def test_attention_row_is_the_models_attention(small_llama):
     assert torch.allclose(weights, t.weights, atol=1e-6) and torch.allclose(out, t.out, atol=1e-6)
     with pytest.raises(KVLibError, match="at least 2 tokens"):
         cache_evidence.new_row(small_llama, [5], 0)
-
-
-def cached_loop(model, prompt_ids, n):  # a learner's right answer to 05.cached_loop
-    cache, ids = model.new_cache(), []
-    logits = model.forward(prompt_ids, cache=cache)
-    for _ in range(n):
-        ids.append(int(logits[-1].argmax()))
-        logits = model.forward([ids[-1]], cache=cache)
-    return ids
 
 
 def loop_without_the_new_token(model, prompt_ids, n):  # a common slip: the cache is fed, the token is not
