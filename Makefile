@@ -63,7 +63,8 @@ site: $(STAMP)
 
 # a check, not a file target: the path may hold spaces (macOS's Chrome), which make would split. The Chinese
 # notebooks (notebooks/zh) need a CJK font, or Chromium draws their labels as boxes: Debian's fonts-noto-cjk, installed
-# beside Chromium when there is none (fc-list knows; macOS and Windows have their own)
+# beside Chromium when there is none (fc-list knows; macOS and Windows have their own); and the lessons' 📖, ⏱ and 🦜
+# need a colour emoji font, Debian's fonts-noto-color-emoji, for the same reason
 chromium:
 	@if [ -x "$(CHROMIUM)" ]; then :; elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
@@ -71,6 +72,9 @@ chromium:
 	@if ! command -v fc-list >/dev/null || fc-list :lang=zh | grep -q .; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then apt-get update -qq && apt-get install -y -qq fonts-noto-cjk >/dev/null; \
 	else echo "No Chinese font: the zh notebooks' screenshots will show boxes (sudo apt-get install fonts-noto-cjk)"; fi
+	@if ! command -v fc-list >/dev/null || fc-list | grep -qi "color emoji"; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then apt-get update -qq && apt-get install -y -qq fonts-noto-color-emoji >/dev/null; \
+	else echo "No emoji font: the lessons' 📖 and ⏱ will draw as boxes in screenshots (sudo apt-get install fonts-noto-color-emoji)"; fi
 
 clean:
 	rm -rf $(VENV) *.egg-info site
