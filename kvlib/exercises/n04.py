@@ -32,11 +32,12 @@ def masked_weights(model):
 
 @exercise("04.top_word", uses=("smollm2",),
           hint={"en": "A model ranks each word by how often it came next in text like its training text, summed over "
-                      "every way the sentence could go on. Imagine many endings of 'The king is ...' (dead, not here, "
-                      "a good man, the one who ..., coming): which single word begins the most of them?",
-                "zh": "模型给每个词的分数，看的是在它读过的那类文字里这个词接在后面有多常见，把句子所有可能的接法都加在一起。"
-                      "想一想 'The king is ...' 的各种结尾（dead、not here、a good man、the one who ...、coming）："
-                      "哪一个词打头的结尾最多？"},
+                      "every way the sentence could go on. So a word that begins many endings wins: after 'I want', "
+                      "the endings 'to go', 'to eat', 'to sleep', 'more' and 'you' make 'to' likelier than any other. "
+                      "Which short word begins the most endings of 'The king is ...'?",
+                "zh": "模型给每个词排名，看的是在它读过的那类文字里这个词接在后面有多常见，把句子所有可能的接法都加在一起。"
+                      "所以能开启很多种结尾的词占便宜：'I want' 后面可以接 to go、to eat、to sleep、more、you，"
+                      "to 打头的最多，它就比别的词更可能。'The king is ...' 的各种结尾里，哪个短词打头的最多？"},
           explain={"en": "SmolLM2 ranks {answer!r} first after 'The king is' (the next cell prints its probability): "
                          "with so little text no one ending is likely, so a short word that begins many of them beats "
                          "any vivid one.",
