@@ -245,3 +245,48 @@ def test_clear_errors():
             cache.add(not_ids)
     with pytest.raises(KVLibError, match="a tenant is named by a string"):
         cache.add([1, 2], tenant=None)
+
+
+def test_a_pool_without_a_clock_reads_the_time_at_each_call(monkeypatch):
+    """Without a clock given, the pool reads time.monotonic each time it needs the time: a block filed at
+    t = 100 and let go expires once the time passes 100 + TTL (a pool that read the clock once, when it was
+    built, would expire nothing)."""
+    now = [100.0]
+    monkeypatch.setattr(kvlib.blocks.time, "monotonic", lambda: now[0])
+    pool = BlockPool(4, ttl_seconds=300)
+    blocks = start(pool, [5, 6])
+    for b in blocks:
+        pool.release(b)
+    now[0] = 399.0
+    assert pool.expire() == 0 and pool.cached == 2
+    now[0] = 401.0
+    assert pool.expire() == 2 and pool.cached == 0
+    check_pool(pool, {})
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, RuntimeError])
+def test_a_request_that_fails_mid_answer_gives_every_block_back(tiny, monkeypatch, failure):
+    """A Stop pressed (KeyboardInterrupt) or an error (RuntimeError) in the third forward call of an answer: the
+    request's blocks all go back and it files nothing; the blocks an earlier request filed stay filed, and the
+    next request runs as if nothing had happened."""
+    pc = kvlib.PromptCache(tiny, block_size=4)
+    system = tiny.encode("The king is dead, long live the king. ") * 2
+    first = pc.answer(system + [11], max_new_tokens=3)
+    filed, pool = dict(pc.cache.pool.index), pc.cache.pool
+    calls, real = [0], kvlib.batching.forward_rows
+
+    def failing(*args):  # every forward call of an answer goes through batching.forward_rows
+        calls[0] += 1
+        if calls[0] == 3:
+            raise failure("planted")
+        return real(*args)
+
+    monkeypatch.setattr(kvlib.batching, "forward_rows", failing)
+    with pytest.raises(failure):
+        pc.answer(system + [12] * 9, max_new_tokens=5)
+    assert calls[0] == 3  # it failed where planted, mid-answer
+    assert pool.in_use == 0 and dict(pool.index) == filed  # every block back, nothing new filed
+    check_pool(pool, {})
+    monkeypatch.undo()
+    again = pc.answer(system + [11], max_new_tokens=3)
+    assert again.ids == first.ids and again.receipt.cached_tokens > 0

@@ -74,3 +74,15 @@ def test_generation_stops_when_the_context_is_full(tiny):
     gen = kvlib.generate(tiny, [1] * (n_ctx - 3), 50)
     assert len(gen.prompt_ids) + len(gen.ids) == n_ctx
     assert "context full" in gen.stop_reason
+
+
+def test_greedy_takes_the_first_of_tied_maxima(tiny):
+    """As torch.argmax and transformers do: of equal top logits, the lowest id. Every path picks through
+    generate.pick, so a one-step answer from logits made to tie shows what all of them do."""
+    from kvlib.generate import Generation, Rules, pick, sample
+
+    logits = torch.zeros(50)
+    logits[[7, 3, 41]] = 2.5  # three ties, the lowest id neither first written nor last
+    assert sample(logits) == 3
+    gen = Generation(prompt_ids=[1, 2])
+    assert pick(tiny, gen, logits, Rules(max_new_tokens=4)) == 3 and gen.ids == [3]
