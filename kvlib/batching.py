@@ -60,7 +60,7 @@ def advance(model, cache, batch, keep=False):  # batch [Decoding], none stopped 
     logits = forward_rows(model, cache, [(d.seq, unread(cache, d)) for d in batch])  # [len(batch), V]
     for d, row in zip(batch, logits):
         pick(model, d.gen, row, d.rules)
-        if d.gen.stop_reason and not keep:
+        if d.gen.stop and not keep:
             cache.release(d.seq)
 
 
@@ -107,7 +107,7 @@ def generate_batch(model, prompts, max_new_tokens=20, temperature=0.0, top_k=Non
 
     for d in batch:  # prompts prefilled one by one
         timed([d])
-    while live := [d for d in batch if not d.gen.stop_reason]:
+    while live := [d for d in batch if not d.gen.stop]:
         timed(live)
     for gen in gens:
         gen.text = model.decode(gen.ids)

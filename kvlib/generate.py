@@ -23,7 +23,19 @@ class Generation:
     text: str = ""
     step_seconds: list = field(default_factory=list)  # step 0 is the prefill
     cache: object = None
-    stop_reason: str = ""
+    stop: str = ""  # why it ended, one of STOPS ("" while it goes on): the code that code compares
+    stop_args: dict = field(default_factory=dict)  # what the words for the stop name: a count, the model
+
+    @property
+    def stop_reason(self):  # the stop in words, in the language set when they are read (kvlib.i18n)
+        return stop_words(self.stop, self.stop_args)
+
+
+STOPS = ("max_new_tokens", "eos", "context", "on_token")  # the rules that end a sequence, as codes
+
+
+def stop_words(stop, args):  # a stop code and its arguments -> words for a person ("" for no stop)
+    return t(f"stop.{stop}", **args) if stop else ""
 
 
 def sample(logits, temperature=0.0, top_k=None, top_p=None, generator=None):  # [V] -> token id
@@ -55,15 +67,16 @@ class Rules:  # how one sequence picks its tokens and when it stops: what pick r
 
 def pick(model, gen, logits, rules):  # logits [V] -> the next token, appended to gen.ids
     """The one place kvlib picks a token and the one set of stop rules: generate's loop and batching.advance call
-    it. gen.stop_reason names the rule that ends the sequence with this token, or stays "" while it goes on."""
+    it. gen.stop names the rule that ends the sequence with this token (a code of STOPS), or stays "" while it
+    goes on; gen.stop_reason says it in words."""
     token = sample(logits, rules.temperature, rules.top_k, rules.top_p, rules.generator)
     gen.ids.append(token)
     if len(gen.ids) == rules.max_new_tokens:
-        gen.stop_reason = t("stop.max_new_tokens", n=rules.max_new_tokens)
+        gen.stop, gen.stop_args = "max_new_tokens", {"n": rules.max_new_tokens}
     elif rules.stop_at_eos and token == model.eos_token_id:
-        gen.stop_reason = t("stop.eos")
+        gen.stop = "eos"
     elif len(gen.prompt_ids) + len(gen.ids) >= model.config.n_ctx:
-        gen.stop_reason = t("stop.context", model=model.name, n=model.config.n_ctx)
+        gen.stop, gen.stop_args = "context", {"model": model.name, "n": model.config.n_ctx}
     return token
 
 
@@ -86,9 +99,9 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
     or having already read the prompt's first tokens (only the rest is fed);
     gen.cache is it either way.
 
-    Stops after max_new_tokens, at the end-of-text token, or when the context is full (gen.stop_reason says
-    which). The decode loop of one sequence on a KVCache (the views use it): it picks and stops through pick,
-    as batching.advance does for sequences on a paged cache (PromptCache.answer's among them)."""
+    Stops after max_new_tokens, at the end-of-text token, or when the context is full (gen.stop says which, as
+    a code; gen.stop_reason in words). The decode loop of one sequence on a KVCache (the views use it): it picks
+    and stops through pick, as batching.advance does for sequences on a paged cache (PromptCache.answer's among them)."""
     check_sampling(max_new_tokens, temperature, top_k, top_p)
     prompt_ids = model.check_ids(prompt).tolist()
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
@@ -117,8 +130,8 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
         piece = "" if gen.text.endswith("\ufffd") else gen.text[len(shown):]
         shown += piece
         if on_token is not None and on_token(token, piece) is False:
-            gen.stop_reason = t("stop.on_token")  # a Stop button outranks the rule this token met, if any
-        if gen.stop_reason:
+            gen.stop, gen.stop_args = "on_token", {}  # a Stop button outranks the rule this token met, if any
+        if gen.stop:
             return gen
         feed = [token] if use_cache else gen.prompt_ids + gen.ids
 

@@ -48,7 +48,7 @@ import torch
 from .batching import Decoding, advance, forward_rows
 from .blocks import ManualClock, block_keys, full_spans  # noqa: F401 (ManualClock: PromptCache(clock=ManualClock()))
 from .errors import KVLibError, check_count, is_count, is_number
-from .generate import Generation, Rules, check_sampling
+from .generate import Generation, Rules, check_sampling, stop_words
 from .paged_cache import PagedKVCache
 
 MODES = ("automatic", "explicit")
@@ -80,7 +80,12 @@ class Answer:
     text: str
     ids: list         # the sampled tokens
     receipt: Receipt
-    stop_reason: str  # as generate's: max_new_tokens, end-of-text or a full context
+    stop: str         # as generate's: a code of generate.STOPS (max_new_tokens, end-of-text or a full context)
+    stop_args: dict
+
+    @property
+    def stop_reason(self):  # the stop in words, in the language set when they are read
+        return stop_words(self.stop, self.stop_args)
 
 
 @dataclass
@@ -209,10 +214,10 @@ class PromptCache:
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         d = Decoding(r.seq, Generation(prompt_ids=r.ids), Rules(max_new_tokens, temperature, top_k, top_p, generator))
         with self._running(r):
-            while not d.gen.stop_reason:
+            while not d.gen.stop:
                 with self._lock:  # a step at a time: other requests run between, never taking this one's blocks
                     advance(self.model, self.cache, [d], keep=True)
-        return Answer(self.model.decode(d.gen.ids), d.gen.ids, self._finish(r), d.gen.stop_reason)
+        return Answer(self.model.decode(d.gen.ids), d.gen.ids, self._finish(r), d.gen.stop, d.gen.stop_args)
 
     def _start(self, prompt, tenant, cache_control):
         """A sequence for the prompt, holding the blocks of its longest cached prefix (explicit mode: the deepest

@@ -238,7 +238,7 @@ def calls(model, run):
         nonlocal promised
         s = run.served[i]
         s.first = s.first or when
-        if live[i].gen.stop_reason:
+        if live[i].gen.stop:
             s.last = when
             del live[i]
             slots[s.slot] = None
@@ -434,7 +434,7 @@ def serve_shared_prefix(model, system, users, max_new_tokens=8, block_size=16, s
     for d in batch:  # prefills one by one, as serve does
         advance(model, cache, [d], keep=True)
     out.blocks["prompts"] = cache.pool.in_use
-    while live := [d for d in batch if not d.gen.stop_reason]:  # then every user decodes together
+    while live := [d for d in batch if not d.gen.stop]:  # then every user decodes together
         advance(model, cache, live, keep=True)
     out.blocks["end"] = cache.pool.in_use
     for s in list(cache.sequences):

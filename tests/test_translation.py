@@ -245,3 +245,21 @@ def test_the_chat_and_the_loops_pictures_speak_chinese(tiny, zh):
     assert [tick.get_text() for tick in fig.axes[0].get_yticklabels()] == ["第 1 步：读 2 个", "第 2 步：读 2 个"]
     i18n.set_language("en")
     assert widgets.Chat(tiny).send.description == "Send" and plots.feed_variants(runs).axes[0].get_title(loc="left") == "feed: prompt only"
+
+
+def test_in_chinese_a_finished_request_still_gives_its_blocks_back(tiny, zh):
+    """Stops are codes that code compares; only their words are translated: under Chinese, serving, batching and
+    the prompt cache end each request where English does and release its blocks, and its words are Chinese."""
+    from kvlib import serving
+    from kvlib.batching import generate_batch
+
+    pc = kvlib.PromptCache(tiny, block_size=4)
+    answer = pc.answer(tiny.encode("The king is dead, long live the"), max_new_tokens=3)
+    assert answer.stop == "max_new_tokens" and answer.stop_reason == "已写满 max_new_tokens（3 个）"
+    assert pc.cache.pool.in_use == 0 and pc.cache.pool.cached > 0  # released, its prompt's full blocks kept
+    requests = serving.request_stream(tiny, 6, seed=1, max_len=96)
+    run = serving.serve(tiny, requests, max_batch=2)
+    assert [len(s.ids) for s in run.served] == [r.max_new_tokens for r in requests]  # each ran to its end
+    assert run.blocks_in_use == 0 and run.blocks_allocated == run.blocks_freed + run.blocks_cached
+    gens = generate_batch(tiny, ["The king is dead", "long live the"], 4)
+    assert [g.stop for g in gens] == ["max_new_tokens", "max_new_tokens"]
