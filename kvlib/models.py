@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from . import gpt2, llama
+from . import gpt2, llama, weights_file
 from .errors import KVLibError
 from .i18n import t
 from .kv_cache import KVCache, one_sequence
@@ -253,15 +253,20 @@ def pick_dtype(dtype=None):
     return DTYPES[str(dtype)]
 
 
-def from_hf(name, hf_model, tokenizer, device, dtype=torch.float32):
-    """Wrap a transformers model of a family kvlib runs: keep its weights, drop the module."""
+def weights(name, hf_model, tokenizer, device, dtype=torch.float32):
+    """A transformers model of a family kvlib runs -> (Config, params): its weights kept, the module dropped."""
     c = hf_model.config
     if c.model_type not in FAMILIES:
         raise KVLibError(f"{name} is a {c.model_type!r} model; kvlib runs the GPT-2 and Llama families")
     try:
-        config, params = FAMILIES[c.model_type].weights(c, hf_model.to(device, dtype).state_dict())
+        return FAMILIES[c.model_type].weights(c, hf_model.to(device, dtype).state_dict())
     except KVLibError as e:
         raise KVLibError(f"{name}: {e}") from None
+
+
+def from_hf(name, hf_model, tokenizer, device, dtype=torch.float32):
+    """Wrap a transformers model of a family kvlib runs: keep its weights, drop the module."""
+    config, params = weights(name, hf_model, tokenizer, device, dtype)
     return Model(name, params, config, tokenizer, device)
 
 
@@ -326,24 +331,40 @@ def default_name():
     return "tiny"
 
 
-def hf_model(name):
-    """(transformers model, tokenizer) for a model name or a directory; the one path every model takes."""
+def checkpoint_dir(name):
+    """The directory holding a model's checkpoint on this machine: tiny's in the package, a hub model's in the
+    Hugging Face cache or kvlib's own, or the directory named."""
     if name == "tiny":
-        return load_hf(TINY_DIR)
-    if name == "random-gpt2":
-        return random_gpt2()
+        return TINY_DIR
     if name in HUB_IDS:
         where = local_dir(name)
         if where is None:
             raise KVLibError(f"{name}'s weights are not on this machine (and kvlib does not download "
                              f"behind your back): run `{download_hint(name)}` once, or use load_model('tiny')")
-        return load_hf(where)
+        return where
     if Path(name).is_dir():
         if not (Path(name) / "config.json").exists():
             raise KVLibError(f"{name} has no config.json: give a directory saved with save_pretrained")
-        return load_hf(name)
+        return Path(name)
     raise KVLibError(f"unknown model {name!r}: choose one of {', '.join(NAMES)} or a directory "
                      f"saved with save_pretrained")
+
+
+def hf_model(name):
+    """(transformers model, tokenizer) for a model name or a directory; the one path every model's weights take."""
+    return random_gpt2() if name == "random-gpt2" else load_hf(checkpoint_dir(name))
+
+
+def shared_model(name, dtype):
+    """A model on the CPU whose weights are one copy for every process on the machine (weights_file.py): the
+    file kvlib wrote from transformers' load the first time, mapped read-only."""
+    from transformers import AutoTokenizer
+
+    where = checkpoint_dir(name)
+    path = weights_file.path_for(kvlib_home(), name, where, dtype)
+    config, params = weights_file.shared(path, Config, lambda: weights(name, *hf_model(name), torch.device("cpu"), dtype))
+    tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
+    return Model(name, params, config, tokenizer, torch.device("cpu"))
 
 
 def load_model(name=None, device=None, dtype=None):
@@ -351,4 +372,6 @@ def load_model(name=None, device=None, dtype=None):
     or directory, on a device (CUDA, then MPS, then CPU) in a dtype (float32, bfloat16, float16)."""
     name = default_name() if name is None else str(name)
     device, dtype = pick_device(device), pick_dtype(dtype)
+    if device.type == "cpu" and name != "random-gpt2":  # random weights are made, not read: nothing to share
+        return shared_model(name, dtype)
     return from_hf(name, *hf_model(name), device, dtype)
