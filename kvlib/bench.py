@@ -12,6 +12,8 @@ batching: total decode tokens/s of `generate_batch` at batch 1, 8 and 32 (GPT-2'
 SmolLM2), each as a ratio to batch 1: the weights are read once per step for the whole batch.
 idle neighbour: a decode step of 8 sequences of 32 tokens alone in the paged pool and beside one idle
 1,000-token sequence, side by side: each sequence attends to its own blocks, so the ratio stays near 1.
+room (`python -m kvlib bench --room N`): N learners' kernels on this machine, each having run notebook 5 with
+SmolLM2, alive together: the memory private to each (the weights are one shared copy: weights_file.py).
 suite (`python -m kvlib bench --out DIR`): all of it on GPT-2's shape and SmolLM2 at
 several prompt lengths, written to DIR/bench.json, DIR/bench.md and plots.
 
@@ -26,6 +28,7 @@ import functools
 import json
 import os
 import platform
+import re
 import statistics
 import time
 from pathlib import Path
@@ -361,6 +364,9 @@ FIGURES = {"decode_tokens_per_second.png": plots.bench_decode,
 
 
 def main(args):
+    if args.room:
+        report_room(room(learners=args.room))
+        return
     if args.threads:
         torch.set_num_threads(args.threads)  # oversubscribed cores make every thread wait on the slowest
     if args.out:
@@ -375,3 +381,44 @@ def main(args):
                                            new_tokens=max(2, min(args.new_tokens, 16))))
     print()  # paged attention reads each sequence's own blocks: an idle long neighbour costs the batch nothing
     report_idle_neighbour(idle_neighbour(r["model"], idle_tokens=min(1000, r["model"].config.n_ctx - 64)))
+
+
+def room(notebook="notebooks/05_kv_cache.ipynb", learners=3, model="smollm2"):
+    """A workshop room on this machine: `learners` kernels, each having run every code cell of `notebook` with
+    `model` as the default (one after another: a 2-core machine), all alive together at the end; then each
+    kernel's private and resident memory. The weights file is mapped by every kernel, so its pages count once
+    for the room, shared; what stays private to a learner is their activations, caches and Python."""
+    import nbformat
+    from jupyter_client.manager import start_new_kernel
+
+    cells = [c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+    env = {**os.environ, "KVLIB_MODEL": model, "MPLBACKEND": "Agg"}
+    kernels = []
+    try:
+        for _ in range(learners):
+            manager, client = start_new_kernel(kernel_name="python3", env=env, cwd=str(Path(notebook).parent))
+            kernels.append((manager, client))
+            for source in cells:
+                client.execute_interactive(source, timeout=900, output_hook=lambda msg: None)
+        return [memory_of(client) for _, client in kernels]
+    finally:
+        for manager, client in kernels:
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+
+
+def memory_of(client):  # -> (private MB, resident MB) of the kernel behind client (Linux's /proc)
+    lines = []
+    client.execute_interactive(
+        "print(open('/proc/self/smaps_rollup').read())", timeout=60,
+        output_hook=lambda msg: lines.append(msg["content"].get("text", "")) if msg["msg_type"] == "stream" else None)
+    fields = {k: int(v) for k, v in re.findall(r"^(\w+):\s+(\d+) kB", "".join(lines), re.M)}
+    return (fields["Private_Clean"] + fields["Private_Dirty"]) / 1024, fields["Rss"] / 1024
+
+
+def report_room(measured, machine_gb=24):
+    private = max(p for p, _ in measured)
+    print(f"{len(measured)} learner kernels alive together after notebook 5 with SmolLM2: private memory "
+          + ", ".join(f"{p:.0f} MB" for p, _ in measured) + " (resident " + ", ".join(f"{r:.0f}" for _, r in measured)
+          + f" MB, the weights file's pages counted in each). At {private:.0f} MB each, a {machine_gb} GB machine holds "
+          f"about {machine_gb * 1024 // private:.0f} learners (the weights once, plus the system's own needs aside).")

@@ -600,15 +600,18 @@ def build(notebooks, out, executed=None, live=True):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("notebooks", nargs="*", type=Path,
-                   help="by default notebooks/*.ipynb and each translation's (notebooks/zh/*.ipynb), in reading order")
+                   help="by default the course's notebooks/*.ipynb and each translation's (notebooks/zh/*.ipynb), "
+                        "in reading order")
     p.add_argument("--out", type=Path, default=Path("site"))
     p.add_argument("--executed", type=Path, help="a folder of these notebooks already executed: export only")
     p.add_argument("--static", action="store_true",
                    help="pages without the model running in them (no site/live/, no npm packages needed)")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # the kernel's threads wait without spinning
-    course = sorted(Path("notebooks").glob("*.ipynb")) + sorted(p for p in Path("notebooks").glob("*/*.ipynb")
-                                                               if edition(p) != "en")
+    from .course import course_dir
+
+    folder = course_dir()  # notebooks/ in a checkout, the installed course elsewhere
+    course = sorted(folder.glob("*.ipynb")) + sorted(p for p in folder.glob("*/*.ipynb") if edition(p) != "en")
     build(sorted(args.notebooks) or course, args.out, args.executed, live=not args.static)
 
 

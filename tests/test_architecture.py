@@ -227,9 +227,11 @@ def test_a_notebooks_imports_are_read_past_its_magics(tmp_path, source):
 def test_only_download_uses_the_network():
     assert "download" in modules()
     wrong = {name: sorted(imports(name)[1] & NETWORK) for name in modules()
-             if imports(name)[1] & NETWORK and name not in ("download", "train_tiny", "engine", "endpoint")}
+             if imports(name)[1] & NETWORK and name not in ("download", "train_tiny", "engine", "endpoint", "course")}
     assert not wrong, (f"modules that can reach the network: {wrong}; only download.py (and train_tiny.py) may, "
-                       f"besides engine.py (a server on 127.0.0.1) and endpoint.py (the URL a user names)")
+                       f"besides engine.py (a server on 127.0.0.1), endpoint.py (the URL a user names) and course.py "
+                       f"(JupyterLab, on its default: this machine only)")
+    assert "--ip" not in ast.unparse(parsed("course"))  # course.py's JupyterLab listens on its default, localhost
     # "engine.py starts llama.cpp's server listening on 127.0.0.1 only"
     hosts = [node.value.value for node in ast.walk(parsed("engine")) if isinstance(node, ast.Assign)
              and [getattr(t, "id", None) for t in node.targets] == ["HOST"]]
