@@ -288,7 +288,10 @@ def gpt2_tokenizer():
     return GPT2Tokenizer(vocab=str(GPT2_TOKENIZER_DIR / "encoder.json"), merges=str(GPT2_TOKENIZER_DIR / "vocab.bpe"))
 
 
-def random_gpt2(seed=0):
+RANDOM_SEED = 0  # random-gpt2's weights: GPT-2 small's shape drawn from this seed
+
+
+def random_gpt2(seed=RANDOM_SEED):
     """GPT-2 small's exact shape with random weights and GPT-2's tokenizer: honest speed and memory."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -357,13 +360,17 @@ def hf_model(name):
 
 def shared_model(name, dtype):
     """A model on the CPU whose weights are one copy for every process on the machine (weights_file.py): the
-    file kvlib wrote from transformers' load the first time, mapped read-only."""
-    from transformers import AutoTokenizer
+    file kvlib wrote from transformers' load (or, for random-gpt2, its draw) the first time, mapped read-only."""
+    from transformers import AutoTokenizer, __version__ as transformers_version
 
-    where = checkpoint_dir(name)
-    path = weights_file.path_for(kvlib_home(), name, where, dtype)
-    config, params = weights_file.shared(path, Config, lambda: weights(name, *hf_model(name), torch.device("cpu"), dtype))
-    tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
+    if name == "random-gpt2":  # drawn from a seed: the same weights wherever the same libraries draw them
+        sources, tokenizer = ["random-gpt2", RANDOM_SEED, torch.__version__, transformers_version], gpt2_tokenizer()
+    else:
+        sources = checkpoint_dir(name).resolve()
+        tokenizer = AutoTokenizer.from_pretrained(sources, local_files_only=True)
+    path = weights_file.path_for(kvlib_home(), name, sources, dtype)
+    config, params = weights_file.shared(path, Config, lambda: weights(name, *hf_model(name), torch.device("cpu"), dtype),
+                                         sources if isinstance(sources, Path) else name)
     return Model(name, params, config, tokenizer, torch.device("cpu"))
 
 
@@ -372,6 +379,6 @@ def load_model(name=None, device=None, dtype=None):
     or directory, on a device (CUDA, then MPS, then CPU) in a dtype (float32, bfloat16, float16)."""
     name = default_name() if name is None else str(name)
     device, dtype = pick_device(device), pick_dtype(dtype)
-    if device.type == "cpu" and name != "random-gpt2":  # random weights are made, not read: nothing to share
+    if device.type == "cpu":
         return shared_model(name, dtype)
     return from_hf(name, *hf_model(name), device, dtype)

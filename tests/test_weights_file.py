@@ -1,6 +1,7 @@
 """One copy of the weights per machine: kvlib's layout written once, mapped by every process that loads the model."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -48,16 +49,25 @@ def test_the_weights_come_from_one_file_equal_to_transformers_load(home, small_g
         assert mapping(files[0]).get("Rss", 0) > 0
 
 
-def test_a_changed_checkpoint_gets_a_new_file(home, small_gpt2_dir, tmp_path):
+def test_a_changed_checkpoint_gets_a_new_file_and_old_ones_go(home, small_gpt2_dir, tmp_path):
+    """A checkpoint saved again gets a new file and its old one goes; so does the file of a checkpoint since
+    deleted, at the next file written. Another dtype of the same checkpoint is another file, kept."""
     copy = tmp_path / "copy"
     copy.mkdir()
     for f in small_gpt2_dir.iterdir():
         (copy / f.name).write_bytes(f.read_bytes())
     models.load_model(str(copy), device="cpu")
+    models.load_model(str(copy), device="cpu", dtype="bfloat16")
+    before = {p.name for p in (home / "weights").iterdir()}
     weights = next(copy.glob("*.safetensors"))
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # saved again
-    models.load_model(str(copy), device="cpu")
-    assert len(list((home / "weights").iterdir())) == 2
+    model = models.load_model(str(copy), device="cpu")
+    after = {p.name for p in (home / "weights").iterdir()}
+    assert len(before) == len(after) == 2 and len(after - before) == 1  # float32's file replaced, bfloat16's kept
+    assert torch.equal(model.forward([1, 2]), models.from_hf("c", *models.hf_model(str(copy)), torch.device("cpu")).forward([1, 2]))
+    shutil.rmtree(copy)
+    models.load_model(str(small_gpt2_dir), device="cpu")
+    assert len(list((home / "weights").iterdir())) == 1  # the deleted checkpoint's two files gone, this one's new
 
 
 def test_where_kvlibs_home_cannot_be_written_the_model_still_loads(tmp_path, monkeypatch, small_gpt2_dir):
