@@ -14,7 +14,7 @@ ROOT_FLAG   := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # the browser tests drive Chromium with Playwright: KVLIB_CHROMIUM's, else the one on PATH, else Debian's (installed below)
 CHROMIUM    := $(or $(KVLIB_CHROMIUM),$(shell command -v chromium),/usr/bin/chromium)
 
-.PHONY: lab test check bench install models engine site clean chromium
+.PHONY: lab test check bench install models engine site hub clean chromium
 
 # setup_kvlib.py lab fetches SmolLM2 first (the models step), so an offline machine tries the network once
 lab: $(STAMP)
@@ -58,6 +58,12 @@ engine: $(STAMP)
 # still move with no kernel (kvlib/site.py), and which run the model on the learner's own text (ONNX Runtime Web from
 # web/package.json, installed with npm ci: needs Node.js 20+); open site/index.html. Not part of make test: tests/test_site.py
 # checks the exporter on a small notebook, and on this build when asked (KVLIB_SITE=site)
+# a workshop room on this machine (Linux, as root): JupyterHub, one account per learner, the model's weights shared
+# (notebooks/README.md, "One server for the room"); LEARNERS=30 by default, PASSWORD made up when not given
+LEARNERS ?= 30
+hub: $(STAMP)
+	python3 setup_kvlib.py hub --learners $(LEARNERS) $(if $(PASSWORD),--password "$(PASSWORD)",)
+
 site: $(STAMP)
 	python3 setup_kvlib.py site
 

@@ -7,6 +7,8 @@
     python setup_kvlib.py engine   # llama.cpp's server for notebook 8: built once (minutes), and SmolLM2's GGUF
     python setup_kvlib.py site     # the course as a static site in site/: the notebooks run, then written as pages
                                    # that run the model too (needs Node.js's npm, for web/'s packages)
+    python setup_kvlib.py hub --learners 30 --password WORDS   # a workshop room on this machine (Linux, as root):
+                                   # JupyterHub, one account per learner, one copy of the model (docs/teaching.md)
 
 On Windows use `py setup_kvlib.py`. Only the standard library is used, so any Python 3.10+
 runs it. The Makefile calls this script too, so both paths install the same things.
@@ -211,10 +213,94 @@ def site():
                         check=False)
 
 
+HUB = ROOT / "etc" / "hub"  # the room's JupyterHub config and its proxy's npm package (configurable-http-proxy)
+
+
+def proxy():
+    """JupyterHub's proxy (configurable-http-proxy, from npm), installed from etc/hub's lock file."""
+    if (HUB / "node_modules" / ".bin" / "configurable-http-proxy").exists():
+        return 0
+    npm = shutil.which("npm")
+    if npm is None:
+        sys.exit("kvlib: the room's hub needs Node.js 20 or newer with npm for its proxy (apt-get install nodejs npm)")
+    return run(npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix", HUB)
+
+
+def learner_names(n):
+    return [f"learner{i}" for i in range(1, n + 1)]
+
+
+def prepare_room(room, learners):
+    """Accounts and the shared folder for a room: one Unix account per learner and one for the teacher, each home
+    readable by its owner alone; kvlib's home in the room's folder, holding SmolLM2 (when this machine has it) and
+    the weights files every kernel maps, written here once and read-only for the learners."""
+    if platform.system() != "Linux" or os.geteuid() != 0:
+        sys.exit("kvlib: a room runs on Linux, as root: the hub makes one account per learner and starts each "
+                 "learner's server as that account (sudo python3 setup_kvlib.py hub ...)")
+    for name in learners + ["teacher"]:
+        if subprocess.run(["id", name], capture_output=True).returncode:
+            run("useradd", "--create-home", "--shell", "/bin/bash", name)
+        home = Path(f"~{name}").expanduser()
+        home.chmod(0o700)  # another learner cannot list, read or change what is in it
+    room.mkdir(parents=True, exist_ok=True)
+    room.chmod(0o755)
+    shared = room / "kvlib-home"
+    own = Path(os.environ.get("KVLIB_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvlib")
+    if (own / "smollm2" / "config.json").exists() and not (shared / "smollm2").exists():
+        shutil.copytree(own / "smollm2", shared / "smollm2")
+    names = ["tiny"] + (["smollm2"] if (shared / "smollm2").exists() else [])
+    run(venv_bin("python"), "-c", f"import kvlib; [kvlib.load_model(n, device='cpu') for n in {names!r}]",
+        env={**os.environ, "KVLIB_HOME": str(shared)})  # the weights files, written once, as root
+    for path in [shared, *shared.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    python = venv_bin("python")
+    probe = subprocess.run(["su", learners[0], "-c", f"'{python}' -c 'import kvlib'"], capture_output=True, text=True)
+    if probe.returncode:
+        sys.exit(f"kvlib: the learners' accounts cannot run {python} ({probe.stderr.strip()[-200:]}): put the "
+                 f"checkout where every account can read it (not under /root), e.g. /srv/kvlib")
+
+
+def start_hub(room, learners, password, teacher_password, port=8000, **popen):
+    """JupyterHub for the room, started from etc/hub/jupyterhub_config.py -> its process."""
+    env = {**os.environ, "KVLIB_ROOM": str(room), "KVLIB_LEARNERS": ",".join(learners),
+           "KVLIB_ROOM_PASSWORD": password, "KVLIB_TEACHER_PASSWORD": teacher_password, "KVLIB_HUB_PORT": str(port)}
+    return subprocess.Popen([str(venv_bin("jupyterhub")), "-f", str(HUB / "jupyterhub_config.py")], cwd=room, env=env,
+                            **popen)
+
+
+def hub(learners, password, room):
+    """A workshop room on this machine: the accounts, the shared model, then JupyterHub until Ctrl-C."""
+    import secrets
+
+    if password is not None and len(password) < 8:
+        sys.exit("kvlib: the room's password needs 8 characters or more")
+    password = password or secrets.token_urlsafe(6)
+    teacher = secrets.token_urlsafe(24)  # JupyterHub asks 32 characters or more of an admin's password
+    names = learner_names(learners)
+    proxy()
+    prepare_room(room, names)
+    (room / "teacher-password").write_text(teacher + "\n")
+    (room / "teacher-password").chmod(0o600)
+    print(f"\nkvlib: a room for {learners} learners at http://{platform.node()}:8000 (this machine's address)\n"
+          f"  learners log in as {names[0]} ... {names[-1]}, the room's password: {password}\n"
+          f"  the teacher logs in as teacher with the password in {room / 'teacher-password'}; /hub/admin lists "
+          f"who is in\n  Ctrl-C stops the hub; every learner's files stay in their home, for the next start\n",
+          flush=True)
+    server = start_hub(room, names, password, teacher)
+    try:
+        return server.wait()
+    except KeyboardInterrupt:
+        server.terminate()
+        return server.wait()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("step", nargs="?", default="setup",
-                   choices=["setup", "install", "models", "engine", "lab", "test", "check", "site"])
+                   choices=["setup", "install", "models", "engine", "lab", "test", "check", "site", "hub"])
+    p.add_argument("--learners", type=int, default=30, help="hub: how many learners' accounts (learner1, ...)")
+    p.add_argument("--password", default=None, help="hub: the room's password, 8 characters or more (default: made up)")
+    p.add_argument("--room", type=Path, default=Path("/srv/kvlib-room"), help="hub: the room's folder")
     p.add_argument("--torch", default=os.environ.get("TORCH", "torch==2.13.0"), help="the torch requirement")
     p.add_argument("--torch-index", default=os.environ.get("TORCH_INDEX") or None,
                    help="e.g. https://download.pytorch.org/whl/cpu for the small CPU-only build")
@@ -222,11 +308,12 @@ def main():
     phases = []
     if args.step == "install" or (args.step != "models" and not up_to_date()):
         timed(phases, "set-up: .venv and its packages", lambda: install(args.torch, args.torch_index))
-    if args.step in ("setup", "models", "lab"):  # test fetches it beside the engine's build; check runs no SmolLM2
+    if args.step in ("setup", "models", "lab", "hub"):  # test fetches it beside the engine's build; check runs no SmolLM2
         timed(phases, "set-up: SmolLM2", models)
     if args.step == "engine":
         engine()
-    code = {"lab": lab, "test": lambda: test(phases), "check": check, "site": site}.get(args.step, lambda: 0)()
+    code = {"lab": lab, "test": lambda: test(phases), "check": check, "site": site,
+            "hub": lambda: hub(args.learners, args.password, args.room)}.get(args.step, lambda: 0)()
     if args.step == "test":
         print("\nkvlib: where the time went", *(f"  {s:7.1f} s  {name}" for name, s in phases), sep="\n", flush=True)
     sys.exit(code)

@@ -136,7 +136,8 @@ SLOW_FIXTURES = {"smollm2", "smollm2_hf", "random_gpt2", "hf_random_gpt2"}
 # The modules that take longest (the suite's durations: each notebook in the browser, then by nbclient, then the
 # parity runs), handed to make test's two workers first: xdist's loadscope gives out a module at a time, by default
 # the modules with the most tests first, and the browser's few long tests came near the end, the other worker idle.
-LONGEST_FIRST = ("test_browser.py", "test_notebooks.py", "test_live.py", "test_parity.py")
+LONGEST_FIRST = ("test_browser.py", "test_notebooks.py", "test_live.py", "test_parity.py", "test_hub.py",
+                 "test_course.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -77,3 +77,23 @@ for name in sys.argv[1:]:
                           capture_output=True, text=True, env=env, cwd=tmp_path / "mine", timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("code cells ran") == 2
+
+
+def test_the_image_definition_installs_what_make_does():
+    """environment.yml (read by conda, repo2docker and Binder to build a hub's image): kvlib from this checkout
+    with its test tools, on a Python pyproject allows, beside the torch make pins; and the hub's Kubernetes
+    configuration (untested here: no cluster) opens a notebook the image holds."""
+    import re
+
+    import yaml
+
+    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python="))
+    least = re.search(r'requires-python = ">=(\d+)\.(\d+)"', (REPO / "pyproject.toml").read_text()).groups()
+    assert tuple(map(int, python.split("=")[1].split("."))) >= tuple(map(int, least))
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    torch_pin = re.search(r"^TORCH\s+\?= (\S+)", (REPO / "Makefile").read_text(), re.M).group(1)
+    assert torch_pin in pip and "-e .[test]" in pip
+    z2jh = yaml.safe_load((REPO / "etc" / "hub" / "z2jh-config.yaml").read_text())
+    assert z2jh["singleuser"]["defaultUrl"].endswith("notebooks/01_generation_loop.ipynb")
+    assert (REPO / z2jh["singleuser"]["defaultUrl"].removeprefix("/lab/tree/")).exists()
