@@ -41,10 +41,10 @@ def test_feeding_only_the_answer_drops_the_prompt_after_step_one(tiny):
     assert run.fed_tokens[1] == [tiny.decode([run.ids[0]])] and run.tokens == [tiny.decode([i]) for i in run.ids]
 
 
-def test_smollm2_forgets_the_question_without_the_prompt(smollm2):
-    runs = {feed: feed_loop(smollm2, "The capital of France is", 6, feed) for feed in FEEDS}
-    assert runs["whole"].tokens[0] == " Paris"
-    assert set(runs["prompt only"].tokens) == {" Paris"}
+def test_smollm2_forgets_the_line_without_the_prompt(smollm2):
+    runs = {feed: feed_loop(smollm2, "The king is dead, long live the", 6, feed) for feed in FEEDS}  # notebook 1's
+    assert runs["whole"].tokens[0] == " king"
+    assert set(runs["prompt only"].tokens) == {" king"}
     assert runs["answer only"].ids[0] == runs["whole"].ids[0] and runs["answer only"].ids != runs["whole"].ids
 
 
