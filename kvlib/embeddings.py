@@ -3,15 +3,19 @@
 Projections to 1, 2 and 3 dimensions (PCA) show families of tokens (numbers, kin,
 names...) that overlap on a line and come apart as dimensions are added;
 `separation` counts it. The position embedding is a second table added in, so the
-same token at two positions enters the model as two different points.
+same token at two positions enters the model as two different points; a RoPE model
+adds none, and turns each key by its position inside attention instead (`two_orders`).
 
 Widths of models kvlib does not load come from memory.CATALOGUE, where each carries its source.
 """
+
+from dataclasses import dataclass
 
 import torch
 
 from . import memory
 from .models import KVLibError
+from .trace import Trace
 
 # candidate families of words (models.FAMILIES are families of models); each model keeps the words that are
 # one token in its own vocabulary
@@ -175,3 +179,37 @@ def with_position(model, token_id, positions):  # -> [len(positions), C]
     if max(positions) >= wpe.shape[0]:
         raise KVLibError(f"positions go up to {wpe.shape[0] - 1} for {model.name}")
     return table(model)[token_id][None] + wpe[list(positions)]
+
+
+@dataclass
+class TwoOrders:
+    """The same tokens in two orders, and one word of them at its place in each."""
+    texts: tuple              # the two orders
+    probs: torch.Tensor       # [2, V]: each order's next-token probabilities
+    places: tuple             # the word's position in each
+    entering: torch.Tensor    # [2, C]: what layer 0 takes in for the word at each place
+    keys: torch.Tensor        # [2, nkv * hs]: the word's keys in layer 0, all K/V heads
+
+    @property
+    def moved(self):  # the share of the probability that sits on other tokens in the second order (total variation)
+        return (self.probs[0] - self.probs[1]).abs().sum().item() / 2
+
+
+def two_orders(model, texts, word):
+    """Next-token odds after each order, and `word`'s input and layer-0 keys at its place in each. GPT-2
+    adds a position row to what enters; a RoPE model enters the token row alone and turns the keys."""
+    ids = [model.encode(text) for text in texts]
+    if sorted(ids[0]) != sorted(ids[1]):
+        raise KVLibError(f"{texts[0]!r} and {texts[1]!r} are not the same tokens in another order")
+    token = token_of(model, word)
+    places, probs, entering, keys = [], [], [], []
+    for order in ids:
+        place = order.index(token)
+        trace = Trace()
+        probs.append(torch.softmax(model.forward(order, trace=trace)[-1].float(), -1))
+        row = table(model)[token]
+        entering.append(row if model.family.rope else row + position_table(model)[place])
+        keys.append(trace.layers[0].k[:, place].flatten())   # [nkv, T, hs] -> the word's, every K/V head
+        places.append(place)
+    return TwoOrders(tuple(texts), torch.stack(probs).cpu(), tuple(places), torch.stack(entering).float().cpu(),
+                     torch.stack(keys).float().cpu())

@@ -124,16 +124,28 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
         model.synchronize()
         gen.step_seconds.append(time.perf_counter() - t0)
         gen.text = model.decode(gen.ids)
-        # a character that takes several tokens (most Chinese, every emoji) decodes as '�' until its last token
-        # arrives, then the '�' goes: a piece is handed on once its characters are whole, so the pieces read as
-        # the text does (one that stops inside a character never hands on the '�' that gen.text ends with)
-        piece = "" if gen.text.endswith("\ufffd") else gen.text[len(shown):]
+        piece = next_piece(gen.text, shown)
         shown += piece
         if on_token is not None and on_token(token, piece) is False:
             gen.stop, gen.stop_args = "on_token", {}  # a Stop button outranks the rule this token met, if any
         if gen.stop:
             return gen
         feed = [token] if use_cache else gen.prompt_ids + gen.ids
+
+
+def next_piece(text, shown):  # the answer decoded so far, the text handed on so far -> the next piece
+    """A character that takes several tokens (most Chinese, every emoji) decodes as '�' until its last token
+    arrives, then the '�' goes: a piece is handed on once its characters are whole, so the pieces read as the
+    text does (a stream that stops inside a character never hands on the '�' that the text ends with)."""
+    return "" if text.endswith("\ufffd") else text[len(shown):]
+
+
+def stream_pieces(model, ids):  # list[int] -> list[str], a piece per token: what generate hands on_token
+    pieces, shown = [], ""
+    for n in range(1, len(ids) + 1):
+        pieces.append(next_piece(model.decode(ids[:n]), shown))
+        shown += pieces[-1]
+    return pieces
 
 
 FEEDS = ("whole", "prompt only", "answer only")

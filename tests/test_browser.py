@@ -379,7 +379,7 @@ def test_03_embeddings(browser, lab, model, smollm2):
     check_saved(page, "03_embeddings.ipynb")
     body = page.locator("body").inner_text()
     assert "Model('smollm2', llama family" in body and "Model('random-gpt2', gpt2 family" in body
-    assert "smollm2 adds no position table" in body  # RoPE: the KVLibError, shown by the notebook
+    assert "one key turned by its place (RoPE)" in body  # SmolLM2's cell: one input, its key turned by position
     check_lookup(page, errors, model)
     table = embeddings.table(model)  # the exercise's answer, counted here from the table itself
     check_typed_exercise(page, errors, "03.table_numbers", table.numel(), table.shape[0] + table.shape[1])

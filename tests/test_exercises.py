@@ -19,8 +19,8 @@ from kvlib import exercises, models as kvlib_models
 from conftest import cached_loop, eager, hf_greedy
 
 MODELS = {"model": "tiny", "smollm2": "smollm2", "random-gpt2": "random-gpt2"}  # what the notebooks pass, offline
-LINE = "To be, or not to be, that is the"  # notebook 1's running example
-KING = "The king is dead, long live the"  # notebook 4's running example
+LINE = "To be, or not to be, that is the"  # 04.previous_token's text the learner has not explored
+KING = "The king is dead, long live the"  # the course's running example (notebooks 1 to 6)
 DEAD = "The king is dead"  # notebook 5's
 
 
@@ -84,11 +84,11 @@ GPT2_LOGITS = 768 * 50257
 
 # id -> the right answer: a literal, or a function of the `hf` loader computing it through transformers
 EXPECTED = {
-    "01.second_token": lambda hf: second_pick(hf("smollm2"), LINE),
+    "01.second_token": lambda hf: second_pick(hf("smollm2"), KING),
     # without a cache step i reads the prompt and the i - 1 tokens written so far
-    "01.tokens_read": lambda hf: sum(prompt_len(hf("smollm2"), LINE) + i for i in range(10)),
-    "01.doubling": lambda hf: (sum(prompt_len(hf("smollm2"), LINE) + i for i in range(20))
-                               / sum(prompt_len(hf("smollm2"), LINE) + i for i in range(10))),
+    "01.tokens_read": lambda hf: sum(prompt_len(hf("smollm2"), KING) + i for i in range(10)),
+    "01.doubling": lambda hf: (sum(prompt_len(hf("smollm2"), KING) + i for i in range(20))
+                               / sum(prompt_len(hf("smollm2"), KING) + i for i in range(10))),
     "01.hotter": "b",  # T > 1 shrinks the gaps between scores, so the top probability falls
     "02.will_tokens": 2,  # "Will", " will"
     "02.space_same_id": False,

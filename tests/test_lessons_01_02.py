@@ -12,7 +12,7 @@ import torch
 import kvlib
 from conftest import hf_greedy
 from kvlib import plots, tokenization
-from kvlib.generate import FEEDS, feed_loop, softmax_at, temperature_probs
+from kvlib.generate import FEEDS, feed_loop, softmax_at, stream_pieces, temperature_probs
 from test_widgets import texts_by_row
 
 
@@ -41,10 +41,10 @@ def test_feeding_only_the_answer_drops_the_prompt_after_step_one(tiny):
     assert run.fed_tokens[1] == [tiny.decode([run.ids[0]])] and run.tokens == [tiny.decode([i]) for i in run.ids]
 
 
-def test_smollm2_forgets_the_question_without_the_prompt(smollm2):
-    runs = {feed: feed_loop(smollm2, "The capital of France is", 6, feed) for feed in FEEDS}
-    assert runs["whole"].tokens[0] == " Paris"
-    assert set(runs["prompt only"].tokens) == {" Paris"}
+def test_smollm2_forgets_the_line_without_the_prompt(smollm2):
+    runs = {feed: feed_loop(smollm2, "The king is dead, long live the", 6, feed) for feed in FEEDS}  # notebook 1's
+    assert runs["whole"].tokens[0] == " king"
+    assert set(runs["prompt only"].tokens) == {" king"}
     assert runs["answer only"].ids[0] == runs["whole"].ids[0] and runs["answer only"].ids != runs["whole"].ids
 
 
@@ -52,6 +52,20 @@ def test_smollm2_forgets_the_question_without_the_prompt(smollm2):
 def test_feed_loop_rejects_bad_input(tiny, feed, steps):
     with pytest.raises(kvlib.KVLibError, match="feed must be|max_new_tokens"):
         feed_loop(tiny, "ROMEO.", steps, feed)
+
+
+def test_the_stream_holds_a_cut_character_back_and_joins_to_the_text(tiny):
+    ids = tiny.encode(" long live the king 👑")  # notebook 1's: tiny spells the crown's 4 bytes as 4 tokens
+    alone = [tiny.decode([i]) for i in ids]
+    pieces = stream_pieces(tiny, ids)
+    assert alone[-4:] == ["\ufffd"] * 4 and pieces[-4:] == ["", "", "", "👑"]
+    assert "".join(pieces) == tiny.decode(ids) and len(pieces) == len(ids)
+
+
+def test_generate_hands_on_token_the_pieces_stream_pieces_gives(tiny):
+    pieces = []
+    gen = kvlib.generate(tiny, "The king is dead, long live the", 12, on_token=lambda token, piece: pieces.append(piece))
+    assert pieces == stream_pieces(tiny, gen.ids) and "".join(pieces) == gen.text
 
 
 def test_temperature_sharpens_and_flattens():

@@ -66,6 +66,27 @@ def test_position_rows_by_distance(tiny, random_gpt2, small_llama):
         embeddings.similarity_by_distance(small_llama)
 
 
+@torch.no_grad()
+def test_two_orders_follow_a_word_into_layer_0_as_each_family_gives_position(tiny, hf_tiny, small_llama,
+                                                                            hf_small_llama):
+    """The same tokens in two orders: the next-token odds and what enters layer 0 are transformers' own; GPT-2
+    enters ' king' as two vectors (another position row), a RoPE model as one, whose key it turns (same length)."""
+    texts = ("The king is dead, long live the", "The dead is king, long live the")
+    for model, hf, rope in ((tiny, hf_tiny[0], False), (small_llama, hf_small_llama, True)):
+        o = embeddings.two_orders(model, texts, "king")
+        assert o.places == (1, 3)
+        for text, place, entering, probs in zip(texts, o.places, o.entering, o.probs):
+            out = hf(torch.tensor([model.encode(text)]), output_hidden_states=True)
+            assert torch.allclose(entering, out.hidden_states[0][0, place], atol=1e-5)  # what layer 0 reads
+            assert torch.allclose(probs, torch.softmax(out.logits[0, -1], -1), atol=1e-5)
+        assert o.moved == pytest.approx((o.probs[0] - o.probs[1]).abs().sum().item() / 2) and o.moved > 0
+        assert torch.equal(*o.entering) is rope
+        a, b = o.keys.norm(dim=1)
+        assert bool(abs(a - b) < 1e-4 * a) is rope and torch.cosine_similarity(*o.keys, dim=0) < 0.999
+    with pytest.raises(kvlib.KVLibError, match="not the same tokens"):
+        embeddings.two_orders(tiny, ("The king is dead", "The queen is dead"), "king")
+
+
 def test_widths_put_loaded_models_before_published_ones(tiny, random_gpt2):
     dims = embeddings.widths([tiny, random_gpt2])
     assert list(dims)[:2] == ["tiny", "random-gpt2"] and dims["tiny"] == 256

@@ -66,10 +66,10 @@ def edit(path, i, change):  # change cell i's source (a str -> a str) in the not
 
 def test_an_edited_english_markdown_cell_is_named_until_its_translation_is_marked(copy):
     en, zh = copy
-    i = next(k for k, c in enumerate(translation.read(en)["cells"]) if translation.source(c).startswith("## Where do"))
+    i = next(k for k, c in enumerate(translation.read(en)["cells"]) if translation.source(c).startswith("## Same text"))
     edit(en, i, lambda s: s + "\nA sentence the translation does not have yet.")
     problems = translation.stale(zh)
-    assert len(problems) == 1 and f"cell {i} ('## Where do two prompts part ways?')" in problems[0]
+    assert len(problems) == 1 and f"cell {i} ('## Same text, same ids: where do two prompts part ')" in problems[0]
     assert "the English changed" in problems[0]
     assert translation.main(["check", str(zh)]) == 1
     edit(zh, i, lambda s: s + "\n译文也补上了这一句。")  # the translator updates it, then marks it
@@ -79,17 +79,17 @@ def test_an_edited_english_markdown_cell_is_named_until_its_translation_is_marke
 
 def test_a_replacement_the_english_code_no_longer_has_is_named(copy):
     en, zh = copy
-    edit(en, 20, lambda s: s.replace('"Will will send his brother a selfie"', '"Will will send his aunt a selfie"'))
+    edit(en, 22, lambda s: s.replace('running + " queen"', 'running + " prince"'))
     problems = translation.stale(zh)
-    assert len(problems) == 1 and "cell 20 ('div = widgets.Divergence" in problems[0] and "0 times" in problems[0]
+    assert len(problems) == 1 and "cell 22 ('div = widgets.Divergence" in problems[0] and "0 times" in problems[0]
 
 
 def test_an_english_code_change_reaches_the_translation_by_sync(copy):
     en, zh = copy
-    edit(en, 23, lambda s: s.replace("range(5)", "range(6)"))
-    assert ["cell 23" in p and "`sync` writes it" in p for p in translation.stale(zh)] == [True]
+    edit(en, 25, lambda s: s.replace("== text\n", "== text, text\n"))
+    assert ["cell 25" in p and "`sync` writes it" in p for p in translation.stale(zh)] == [True]
     assert translation.sync(zh) == []
-    assert "range(6)" in translation.source(translation.read(zh)["cells"][23])
+    assert "== text, text\n" in translation.source(translation.read(zh)["cells"][25])
 
 
 def test_a_code_cell_edited_in_the_translation_alone_is_named(copy):
