@@ -172,7 +172,9 @@ def show(steps, *names, gap=5):  # toy HeadSteps, part names -> text: the parts 
 
 
 def worked(A, B, i, j, digits=0):  # -> "a×b + c×d + ... = x": entry (i, j) of A·B, every product written out
-    a, b = A[i].tolist(), B[:, j].tolist()
+    """A's numbers are written to `digits` decimals, and the total is the sum of the products as written, so a
+    pencil that redoes it lands on it (entry (i, j) of A·B itself may differ in its last digit)."""
+    a, b = [round(x, digits) for x in A[i].tolist()], B[:, j].tolist()
     factor = lambda x, d: f"({_num(x, d)})" if x < 0 else _num(x, d)
     total = sum(x * y for x, y in zip(a, b))
     return " + ".join(f"{factor(x, digits)}×{factor(y, 0)}" for x, y in zip(a, b)) + f" = {_num(total, 2 if digits else 0)}"
@@ -220,6 +222,14 @@ def hardest_look(trace, position):  # -> HeadPick: the head whose last token wei
     w = torch.stack([layer.weights[:, -1, position] for layer in trace.layers])  # [L, nh]
     layer, head = divmod(int(w.argmax()), w.shape[1])
     return HeadPick(layer, head, w[layer, head].item())
+
+
+def average_last_row(model, text):  # -> (tokens as text, [T]: the last token's weights, averaged over every head)
+    """Where the last token's weight goes, over every layer and head of the model at once."""
+    ids, trace = model.check_ids(text), Trace()
+    model.forward(ids, trace=trace)
+    row = torch.stack([layer.weights[:, -1].float().mean(0) for layer in trace.layers]).mean(0)  # [L, T] -> [T]
+    return [model.decode([i]) for i in ids.tolist()], row
 
 
 def first_token_share(trace):  # -> [L, nh]: the mean weight each head gives the first token

@@ -608,12 +608,12 @@ def test_zh_04_attention(browser, lab, model, smollm2):
     view.scroll_into_view_if_needed()
     assert "行：发出“看”的 token（query）" in view.inner_text()
     view.locator("select.kv-att-layer").select_option(label="第 10 层")
-    view.locator("select.kv-att-head").select_option(label="第 1 个头")
+    view.locator("select.kv-att-head").select_option(label="头 1")
     _, top, most = attention.most_attended(trace.layers[10].weights[1, -1], tokens)
-    said = re.search(r"第 10 层，第 1 个头：最后一个 token ' the' 给 (.+) 的权重最大（(\d\.\d\d)）。", view.inner_text())
+    said = re.search(r"第 10 层、头 1：最后一个 token ' the' 给 (.+) 的权重最大（(\d\.\d\d)）。", view.inner_text())
     assert said and said.group(1) == repr(top) and abs(float(said.group(2)) - most) <= 0.0056, said  # 3 decimals, shown to 2
     first, second = tip(page, view.locator("tr.kv-att-row[data-pos='3'] td[data-col='1']")).splitlines()
-    assert first.startswith(f"{tokens[3]!r} 看 {tokens[1]!r}：") and second == "第 10 层，第 1 个头"
+    assert first.startswith(f"{tokens[3]!r} 看 {tokens[1]!r}：") and second == "第 10 层、头 1"
     assert tip(page, view.locator("tr.kv-att-row[data-pos='1'] td[data-col='2']")).startswith(f"{tokens[1]!r} 看不到")
     answer = exercises.REGISTRY["04.masked_weights"].answer(model)
     reveal_answer(page, errors, "zh/04", "看答案", f"答案：{answer}。")

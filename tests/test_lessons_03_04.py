@@ -126,6 +126,26 @@ def test_smollm2_parks_attention_on_the_first_token(smollm2):
     assert attention.first_token_share(trace).mean() > 2 * attention.even_first_share(len(smollm2.encode(text)))
 
 
+def test_average_last_row_is_the_last_tokens_weights_over_every_head(tiny):
+    text = "The king is dead, long live the"
+    tokens, row = attention.average_last_row(tiny, text)
+    trace = kvlib.Trace()
+    tiny.forward(tiny.encode(text), trace=trace)
+    by_hand = sum(layer.weights[h, -1] for layer in trace.layers for h in range(tiny.config.n_head))
+    assert tokens == [tiny.decode([i]) for i in tiny.encode(text)]
+    assert row.tolist() == pytest.approx((by_hand / (tiny.config.n_layer * tiny.config.n_head)).tolist(), abs=1e-6)
+    assert row.sum().item() == pytest.approx(1, abs=1e-5)
+
+
+def test_smollm2s_last_row_goes_to_whatever_comes_first(smollm2):
+    """Notebook 4's check of the essay's reading: the first token takes the most of the last row, a bare comma as
+    much as 'Mary', which keeps little once it is second; ' king' is not first in the running example."""
+    (tokens, king), (_, mary), (_, comma) = (attention.average_last_row(smollm2, text) for text in
+                                             ("The king is dead, long live the", "Mary had a little", ", Mary had a little"))
+    assert all(int(row.argmax()) == 0 and row[0] > 0.5 for row in (king, mary, comma))
+    assert comma[1] < mary[0] / 4 and int(king.argmax()) != tokens.index(" king")
+
+
 def test_separation_curves_draw_each_models_scores_against_chance():
     ax = plots.separation_curves({"tiny": [0.2, 0.5, 0.9], "random": [0.1, 0.2]}, 0.25, "families").axes[0]
     tiny, random, chance = ax.get_lines()

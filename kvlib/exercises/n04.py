@@ -72,11 +72,11 @@ def previous_token(smollm2):
 @exercise("04.keys_per_layer", uses=("smollm2",),
           hint={"en": "One key per token for each K/V head (not each query head): count SmolLM2's tokens for the "
                       "text in the grid above.",
-                "zh": "每个 K/V 头给每个 token 算一个键（不是每个 query 头）：数一数上面注意力网格里 SmolLM2 把这句话切成几个 token。"},
+                "zh": "每个 K/V 头给每个 token 算一个 key（不是每个 query 头）：数一数上面注意力网格里 SmolLM2 把这句话切成几个 token。"},
           explain={"en": "{answer} keys: one per token for each of the layer's K/V heads. Nine query heads read them, "
                          "but keys are computed (and in notebook 5 kept) per K/V head.",
-                   "zh": "{answer} 个键：这一层的每个 K/V 头给每个 token 算一个。读它们的 query 头有 9 个，"
-                         "但键是按 K/V 头算的（第 5 课里也是按 K/V 头存的）。"})
+                   "zh": "{answer} 个 key：这一层的每个 K/V 头给每个 token 算一个。读它们的 query 头有 9 个，"
+                         "但 key 是按 K/V 头算的（第 5 课里也是按 K/V 头存的）。"})
 def keys_per_layer(smollm2):
     """How many rows of K, counted over every K/V head, does one layer of SmolLM2 compute for
     "The king is dead, long live the"?"""
