@@ -484,7 +484,7 @@ TEXT = {
     "plot.context.xlabel": {"en": "tokens already in the cache", "zh": "缓存里已有的 token 数"},
     "plot.context.ylabel": {"en": "milliseconds per step", "zh": "每步毫秒数"},
     "plot.share.half": {"en": "attention is half the step", "zh": "注意力占一步的一半"},
-    "plot.share.trained": {"en": "{name}: trained context", "zh": "{name}：训练时的上下文"},
+    "plot.share.trained": {"en": "{name}: trained context (dashed past it)", "zh": "{name}：训练时的上下文（超出部分画虚线）"},
     "plot.share.xlabel": {"en": "tokens in the cache (log scale)", "zh": "缓存里的 token 数（对数刻度）"},
     "plot.share.ylabel": {"en": "% of the step's multiply-adds", "zh": "占一步乘加次数的百分比（%）"},
     "plot.savings.xlabel": {"en": "% of the cache's bytes saved", "zh": "缓存字节省下的百分比（%）"},

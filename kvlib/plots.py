@@ -398,7 +398,7 @@ def attention_share(lengths, shares_by_model, title, trained=None):
     fig = Figure(figsize=(8, 3.6))
     ax = fig.add_subplot()
     trained = trained or {}
-    for (name, shares), colour in zip(shares_by_model.items(), FAMILY_COLOURS):
+    for k, ((name, shares), colour) in enumerate(zip(shares_by_model.items(), FAMILY_COLOURS)):
         if len(shares) != len(lengths):
             raise ValueError(f"{name}: {len(shares)} shares for {len(lengths)} lengths: pass one per length")
         x, y = np.asarray(lengths), np.asarray(shares) * 100
@@ -407,8 +407,9 @@ def attention_share(lengths, shares_by_model, title, trained=None):
         if name in trained:
             ax.plot(x[x >= end], y[x >= end], color=colour, ls="--")
             ax.axvline(end, color=colour, ls=":", lw=1.2)
-            ax.text(end, 3, " " + i18n.t("plot.share.trained", name=name), rotation=90, fontsize=8, color=colour,
-                    va="bottom")
+            # left of its line, near the top, where the shares are still low: one row per model, on white
+            ax.text(end, 92 - 10 * k, i18n.t("plot.share.trained", name=name) + " ", fontsize=8, color=colour,
+                    ha="right", va="center", bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=1))
     ax.axhline(50, color="#999999", ls="--", lw=1)
     ax.text(lengths[0], 52, i18n.t("plot.share.half"), fontsize=8, color="#666666")
     ax.set_xscale("log")

@@ -114,7 +114,7 @@ def test_plots():
     past = plots.attention_share([16, 1024, 4096], {"a": [0.1, 0.6, 0.9]}, "t", trained={"a": 1024}).axes[0]
     solid, dashed = ([list(line.get_xdata()) for line in past.lines if line.get_linestyle() == style] for style in ("-", "--"))
     assert solid == [[16, 1024]] and [16, 1024, 4096][1:] in dashed  # drawn dashed past the trained context
-    assert any("a: trained context" in text.get_text() for text in past.texts)
+    assert any("a: trained context (dashed past it)" in text.get_text() for text in past.texts)
     assert isinstance(plots.savings_vs_loss(["x", "y"], [0.5, 0.75], [0.0, 0.2], "t"), Figure)
     assert isinstance(plots.loss_by_position({"a": [1.0] * 40, "b": [2.0] * 40}, "t"), Figure)
     with pytest.raises(ValueError, match="one per length"):
