@@ -9,13 +9,14 @@ outputs), shown by measuring real runs rather than by argument.
   (`KVCache.edited`) that the next step then reads, and that step's logits move: the new token's own query is
   scored against every cached key, and its weights mix every cached value. Putting another
   prompt's K and V into the cache turns the model into one that read that other prompt.
-- `gathered_instead_of_given`: why V and not the attention output O. A cached V row is what a
-  token gives whoever reads it; its O row is what it gathered from the others. Give the new
-  token the old tokens' O in place of their V, in one layer or in all, and the next prediction
-  moves away from the uncached run's, while the true K and V reproduce it.
+- `stand_ins`: why V and not the attention output O, and why each layer's own. A cached V row is what a
+  token gives whoever reads it; its O row is what it gathered from the others. Give the new token the old
+  tokens' O in place of their V, or every layer the next layer's K and V, and the next prediction moves away
+  from the uncached run's, while the true K and V reproduce it. `o_for_v_in_one_layer` measures, in one
+  layer, how far O stands from V and how much of what the new token reads the swap changes.
 - `new_row`: why not Q. The new token's row of attention, computed by hand from its own query
   and the cached K and V (the cache has no queries to offer), equals the uncached pass's last
-  row; an old token's query in its place gives another row.
+  row; with the old tokens' queries made noise it is still that row, with their keys made noise it is not.
 - `cached_step` and `step_shapes`: one decode step with the cache, traced, and the shapes of
   what it computed: one query row against all the cached keys.
 
@@ -138,13 +139,15 @@ def kl_divergence(logits_p, logits_q):  # [V], [V] -> nats
     return max(torch.nn.functional.kl_div(log_q, log_p, log_target=True, reduction="sum").item(), 0.0)  # no -1e-9
 
 
-def gathered_instead_of_given(model, ids, new_id, layers):
-    """Prefill `ids`, then feed `new_id` from two copies of the cache: as it is ("K and V"), and with the
-    V rows of each layer in `layers` replaced by the old tokens' attention outputs ("K and O"). Returns the
-    last logits of both, and of ids + [new_id] run without a cache ("uncached")."""
+def stand_ins(model, ids, new_id, layers):
+    """Prefill `ids`, then feed `new_id` from copies of the cache: as it is ("K and V"); with the V rows of
+    each layer in `layers` replaced by the old tokens' attention outputs ("K and O"); and with each layer in
+    `layers` holding the next layer's K and V ("next layer's K and V"; the last layer takes the first's).
+    Returns the last logits of each, and of ids + [new_id] run without a cache ("uncached")."""
     ids = model.check_ids(ids).tolist()
-    if not all(0 <= layer < model.config.n_layer for layer in layers):
-        raise KVLibError(f"{model.name} has layers 0..{model.config.n_layer - 1}, not {list(layers)}")
+    L = model.config.n_layer
+    if not all(0 <= layer < L for layer in layers):
+        raise KVLibError(f"{model.name} has layers 0..{L - 1}, not {list(layers)}")
     cache, trace = model.new_cache(), Trace()
     model.forward(ids, cache=cache, trace=trace)
     heads = model.config.kv_head(torch.arange(model.config.n_head))  # [nh]: the K/V head each query head reads
@@ -155,10 +158,31 @@ def gathered_instead_of_given(model, ids, new_id, layers):
             # grouped heads: several query heads read one V head, so its stand-in is the mean of what they gathered
             V[:] = torch.stack([gathered[heads == j].mean(0) for j in range(len(V))])
 
-    swapped = cache.edited(o_for_v)
+    def next_layers(i, K, V):  # K, V [nkv, P, hs]: the right shape, the wrong layer's numbers
+        if i in layers:
+            K[:], V[:] = cache.layers[(i + 1) % L].keys, cache.layers[(i + 1) % L].values
+
     return {"uncached": model.forward(ids + [int(new_id)])[-1],
-            "K and V": model.forward([new_id], cache=cache)[-1],
-            "K and O": model.forward([new_id], cache=swapped)[-1]}
+            "K and V": model.forward([new_id], cache=cache.copy())[-1],
+            "K and O": model.forward([new_id], cache=cache.edited(o_for_v))[-1],
+            "next layer's K and V": model.forward([new_id], cache=cache.edited(next_layers))[-1]}
+
+
+def o_for_v_in_one_layer(model, ids, new_id, layer):  # -> ([P] per old token, a float)
+    """What stand_ins(..., [layer]) changes, from one uncached pass over ids + [new_id]: how far each old token's
+    O (as stand_ins puts it in the cache) stands from its V, |O - V| / |V| over all heads (0 for the first token,
+    which could read only itself); and how much that changes what the new token reads there: |w·(O - V)| with its
+    own weights w, over the length of its true attention output. The layers below are untouched, so w is the true
+    one and the change is exact."""
+    ids = model.check_ids(ids).tolist() + [int(new_id)]
+    trace = Trace()
+    model.forward(ids, trace=trace)
+    t, heads = trace.layers[layer], model.config.kv_head(torch.arange(model.config.n_head))
+    O = torch.stack([t.out[heads == j].mean(0) for j in range(len(t.v))])[:, :-1]  # [nkv, P, hs]
+    V = t.v[:, :-1]                                                                 # [nkv, P, hs]
+    w = t.weights[:, -1, :-1]                                                       # [nh, P]: the new token's
+    change = (w[:, :, None] * (O - V)[heads]).sum(1)                                # [nh, hs]
+    return (O - V).norm(dim=(0, 2)) / V.norm(dim=(0, 2)), (change.norm() / t.out[:, -1].norm()).item()
 
 
 def attention_row(q, K, V, config):  # q [nh, 1, hs], K and V [nkv, S, hs] -> weights [nh, 1, S], out [nh, 1, hs]
@@ -170,19 +194,36 @@ def attention_row(q, K, V, config):  # q [nh, 1, hs], K and V [nkv, S, hs] -> we
     return weights, weights @ V
 
 
+def causal_last_row(q, k, config):  # q [nh, T, hs], k [nkv, T, hs] -> [nh, 1, T]
+    """The last row of the attention weights as an uncached pass computes them: every token's query
+    against every key (query head h reading K/V head config.kv_head(h)), later keys masked; then the last row."""
+    T = q.shape[1]
+    k = k[config.kv_head(torch.arange(q.shape[0]))]  # [nh, T, hs]
+    mask = torch.full((T, T), float("-inf")).triu(1)  # token i may not read tokens after i
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + mask, dim=-1)[:, -1:]
+
+
+def old_rows_noised(x, seed=0):  # [heads, T, hs] -> a copy whose first T-1 rows are noise, each as long as the row
+    noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).to(x)
+    noise = noise * x.norm(dim=-1, keepdim=True) / noise.norm(dim=-1, keepdim=True)
+    return torch.cat([noise[:, :-1], x[:, -1:]], dim=1)
+
+
 @dataclass
 class NewRow:
     full: torch.Tensor            # [nh, 1, S] the last row of the weights in a pass over all tokens, no cache
     from_cache: torch.Tensor      # [nh, 1, S] attention_row(the new token's q, the cached K, V)
-    old_query: torch.Tensor       # [nh, 1, S] attention_row(the previous token's q, the same K, V)
+    noisy_queries: torch.Tensor   # [nh, 1, S] the full pass's last row, recomputed with the old queries noise
+    noisy_keys: torch.Tensor      # [nh, 1, S] the same with the old keys noise instead
     out_full: torch.Tensor        # [nh, 1, hs] the full pass's last output row
     out_from_cache: torch.Tensor  # [nh, 1, hs] attention_row's output from the new q and the cache
 
 
 def new_row(model, ids, layer):
     """The last token of `ids`, fed as a decode step after the others were cached: its attention row at
-    `layer` from the uncached pass, by hand from its own query and the cache, and by hand with the previous
-    token's query in place of its own."""
+    `layer` from the uncached pass, by hand from its own query and the cache, and as the uncached pass
+    computes it (every query, causal mask) with the old tokens' queries, then their keys, replaced by
+    noise of the same lengths. If an old query entered the new row, noise in it would move the row."""
     ids = model.check_ids(ids).tolist()
     if len(ids) < 2 or not 0 <= layer < model.config.n_layer:
         raise KVLibError(f"give at least 2 tokens and a layer in 0..{model.config.n_layer - 1}")
@@ -192,8 +233,9 @@ def new_row(model, ids, layer):
     model.forward(ids[-1:], cache=cache, trace=step)      # the new token: its q, its k and v join the cache
     K, V = cache.layers[layer].keys, cache.layers[layer].values  # [nkv, S, hs]
     weights, out = attention_row(step.layers[layer].q, K, V, model.config)
-    previous, _ = attention_row(full.layers[layer].q[:, -2:-1], K, V, model.config)
-    return NewRow(full.layers[layer].weights[:, -1:], weights, previous, full.layers[layer].out[:, -1:], out)
+    t, c = full.layers[layer], model.config
+    return NewRow(t.weights[:, -1:], weights, causal_last_row(old_rows_noised(t.q), t.k, c),
+                  causal_last_row(t.q, old_rows_noised(t.k), c), t.out[:, -1:], out)
 
 
 def cached_step(model, ids):

@@ -76,7 +76,7 @@ def _size(nbytes):
 PAST = "*"  # beside a figure for a context longer than the model was trained to read
 
 
-def _mark(arch, context):
+def mark(arch, context):  # -> PAST beside a figure for a context past the model's trained one, else ""
     return PAST if memory.past_context(arch, context) else ""
 
 
@@ -88,7 +88,7 @@ def kv_table(names, contexts=(1024, 8192, 131072), bytes_per_number=2):
     """A text table: each catalogued model's KV cache for one sequence at each context, beside its weights;
     a figure for a context past the model's own is marked (PAST) and explained under the table."""
     archs = [memory.architecture(name) for name in names]
-    rows = [[arch.name] + [_size(memory.kv_bytes(arch, n, 1, bytes_per_number)) + _mark(arch, n) for n in contexts]
+    rows = [[arch.name] + [_size(memory.kv_bytes(arch, n, 1, bytes_per_number)) + mark(arch, n) for n in contexts]
             + [_size(memory.all_weight_bytes(arch, bytes_per_number))] for arch in archs]
     marked = any(memory.past_context(arch, n) for arch in archs for n in contexts)
     heads = [t("longcontext.model")] + [t("longcontext.tokens", n=f"{n:,}") for n in contexts] + [t("longcontext.weights")]
@@ -105,7 +105,7 @@ def mistakes_table(name, context, bytes_per_number=2):
     right = next(iter(wrong.values()))[1]
     rows = [[t(f"longcontext.{mistake}"), _size(w), f"{w / r:.2f}x"] for mistake, (w, r) in wrong.items()]
     heads = [t(f"longcontext.{h}") for h in ("mistake", "estimate", "of_right")]
-    return (t("longcontext.right", name=name, context=f"{context:,}", size=_size(right)) + f"{_mark(arch, context)}\n"
+    return (t("longcontext.right", name=name, context=f"{context:,}", size=_size(right)) + f"{mark(arch, context)}\n"
             + text_table(heads, rows) + _past_note(memory.past_context(arch, context)))
 
 

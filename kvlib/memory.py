@@ -56,17 +56,14 @@ def decode_step_macs_by_part(config, seq_len, cached):
     return forward_macs_by_part(config, seq_len - 1, 1) if cached else forward_macs_by_part(config, 0, seq_len)
 
 
-def macs_table(config, lengths):
-    """A text table: millions of multiply-adds of one decode step by part, with and without the cache,
-    at each sequence length in `lengths` (the step that produces the token after them)."""
-    steps = {n: (decode_step_macs_by_part(config, n, True), decode_step_macs_by_part(config, n, False))
-             for n in lengths}
-    parts = list(next(iter(steps.values()))[0]) + ["whole step"]
-    cell = lambda macs, part: (sum(macs.values()) if part == "whole step" else macs[part]) / 1e6
-    header = [t("macs.header")] + [h for n in lengths for h in (t("macs.cached", n=n), t("macs.uncached"))]
-    rows = [[t("macs." + part)] + [x for c, u in steps.values()
-                                   for x in (f"{cell(c, part):,.1f}", f"{cell(u, part):,.0f}")] for part in parts]
-    return text_table(header, rows)
+def macs_table(config, n):
+    """A text table: millions of multiply-adds of one decode step after n tokens (the step that produces the
+    token after them) by part, with and without the cache, and how many times the one is the other."""
+    cached, uncached = (decode_step_macs_by_part(config, n, c) for c in (True, False))
+    cached["whole step"], uncached["whole step"] = sum(cached.values()), sum(uncached.values())
+    rows = [[t("macs." + part), f"{cached[part] / 1e6:,.1f}", f"{uncached[part] / 1e6:,.0f}",
+             f"{uncached[part] / cached[part]:.4g}x"] for part in cached]
+    return text_table([t("macs.header", n=n)] + [t(f"macs.{h}") for h in ("cached", "uncached", "times")], rows)
 
 
 # ---- the catalogue: real architectures, their KV cache at any context ----

@@ -390,15 +390,26 @@ def step_seconds_by_context(lengths, ms, title):
     return fig
 
 
-def attention_share(lengths, shares_by_model, title):
+def attention_share(lengths, shares_by_model, title, trained=None):
     """The fraction of a cached decode step's multiply-adds spent in attention, against the context
-    (log axis), one line per model ({name: [share per length]}); the 50 % line marks where it dominates."""
+    (log axis), one line per model ({name: [share per length]}); the 50 % line marks where it dominates.
+    trained ({name: tokens}): a dotted line at each model's trained context, labelled with its name; the
+    model's line goes on dashed past it, where it counts work on a text the model cannot read."""
     fig = Figure(figsize=(8, 3.6))
     ax = fig.add_subplot()
-    for (name, shares), colour in zip(shares_by_model.items(), FAMILY_COLOURS):
+    trained = trained or {}
+    for k, ((name, shares), colour) in enumerate(zip(shares_by_model.items(), FAMILY_COLOURS)):
         if len(shares) != len(lengths):
             raise ValueError(f"{name}: {len(shares)} shares for {len(lengths)} lengths: pass one per length")
-        ax.plot(lengths, np.asarray(shares) * 100, color=colour, label=name)
+        x, y = np.asarray(lengths), np.asarray(shares) * 100
+        end = trained.get(name, np.inf)
+        ax.plot(x[x <= end], y[x <= end], color=colour, label=name)
+        if name in trained:
+            ax.plot(x[x >= end], y[x >= end], color=colour, ls="--")
+            ax.axvline(end, color=colour, ls=":", lw=1.2)
+            # left of its line, near the top, where the shares are still low: one row per model, on white
+            ax.text(end, 92 - 10 * k, i18n.t("plot.share.trained", name=name) + " ", fontsize=8, color=colour,
+                    ha="right", va="center", bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=1))
     ax.axhline(50, color="#999999", ls="--", lw=1)
     ax.text(lengths[0], 52, i18n.t("plot.share.half"), fontsize=8, color="#666666")
     ax.set_xscale("log")

@@ -108,8 +108,8 @@ def test_kl_divergence():
 
 
 def given_or_gathered(model, hf, ids, new_id, layers):  # -> how far each run is from the uncached one, the runs
-    runs = cache_evidence.gathered_instead_of_given(model, ids, new_id, layers)
-    assert set(runs) == {"uncached", "K and V", "K and O"}
+    runs = cache_evidence.stand_ins(model, ids, new_id, layers)
+    assert set(runs) == {"uncached", "K and V", "K and O", "next layer's K and V"}
     plain = hf_logits(hf, model.check_ids(ids).tolist() + [new_id])[-1]  # transformers' uncached pass
     assert_logits_close(runs["uncached"], plain, model)
     assert_logits_close(runs["K and V"], plain, model)  # the cache as it is: what each token gives
@@ -123,24 +123,51 @@ def test_what_a_token_gathered_cannot_stand_for_what_it_gives(request, name):
     for layer in range(model.config.n_layer):
         off, _ = given_or_gathered(model, hf, ids, 11, [layer])
         assert off["K and O"] > 1e-2, (layer, off)  # 0.14 at least, on both models
+        assert off["next layer's K and V"] > 1e-2, (layer, off)  # another layer's K and V are no stand-in either
     with pytest.raises(KVLibError, match="layers 0.."):
-        cache_evidence.gathered_instead_of_given(model, ids, 11, [model.config.n_layer])
+        cache_evidence.stand_ins(model, ids, 11, [model.config.n_layer])
 
 
-def test_gathered_replaces_values_in_the_named_layers_only(tiny, monkeypatch):
+def test_stand_ins_replace_the_named_layers_only(tiny, monkeypatch):
     """The "K and O" cache differs from the real one in exactly the V rows of the layers named; a token that
-    could only read itself (position 0) gathered exactly what it gives."""
+    could only read itself (position 0) gathered exactly what it gives. The "next layer's" cache holds, in the
+    layers named, layer i + 1's K and V (the last layer the first's), and elsewhere the layer's own."""
     seen = []
     forward = tiny.forward
     monkeypatch.setattr(tiny, "forward", lambda ids, cache=None, **kw: (seen.append(cache and cache.copy()),
                                                                        forward(ids, cache=cache, **kw))[1])
-    cache_evidence.gathered_instead_of_given(tiny, [5, 17, 99, 3], 11, [1, 3])
-    real, swapped = seen[-2], seen[-1]  # the caches the two one-token steps read, before they appended
+    cache_evidence.stand_ins(tiny, [5, 17, 99, 3], 11, [1, 3])
+    real, swapped, shifted = seen[-3:]  # the caches the three one-token steps read, before they appended
     for layer, (a, b) in enumerate(zip(real.layers, swapped.layers)):
         assert (a.keys == b.keys).all()
         changed = (a.values - b.values).abs().amax(dim=(0, 2))  # [P]
         assert changed[0] < 1e-5  # O = V for the first token
         assert (changed[1:].min() > 1e-3) if layer in (1, 3) else (changed.max() == 0), layer
+    for layer, held in enumerate(shifted.layers):
+        source = real.layers[{1: 2, 3: 0}.get(layer, layer)]
+        assert (held.keys == source.keys).all() and (held.values == source.values).all(), layer
+
+
+def test_o_for_v_in_one_layer(tiny):
+    """The first token's O is its V; the change in what the new token reads is w·(O - V), which the "K and O"
+    step's own trace shows as the change of its attention output there."""
+    from kvlib.trace import Trace
+
+    ids, new_id, layer = [5, 17, 99, 3], 11, 2
+    apart, read = cache_evidence.o_for_v_in_one_layer(tiny, ids, new_id, layer)
+    assert apart.shape == (4,) and apart[0] < 1e-5 and apart[1:].min() > 1e-2
+    cache, trace = tiny.new_cache(), Trace()
+    tiny.forward(ids, cache=cache, trace=trace)
+    true, swapped = Trace(), Trace()
+    tiny.forward([new_id], cache=cache.copy(), trace=true)
+
+    def o_for_v(i, K, V):
+        if i == layer:
+            V[:] = trace.layers[i].out
+
+    tiny.forward([new_id], cache=cache.edited(o_for_v), trace=swapped)
+    out, other = true.layers[layer].out, swapped.layers[layer].out
+    assert abs((other - out).norm() / out.norm() - read) < 1e-4
 
 
 def test_a_grouped_v_head_stands_in_for_what_its_own_query_heads_gathered(small_llama, monkeypatch):
@@ -150,9 +177,9 @@ def test_a_grouped_v_head_stands_in_for_what_its_own_query_heads_gathered(small_
     forward = small_llama.forward
     monkeypatch.setattr(small_llama, "forward", lambda ids, cache=None, **kw: (seen.append((cache and cache.copy(), kw)),
                                                                              forward(ids, cache=cache, **kw))[1])
-    cache_evidence.gathered_instead_of_given(small_llama, [5, 17, 99, 3], 11, [1])
+    cache_evidence.stand_ins(small_llama, [5, 17, 99, 3], 11, [1])
     out = seen[0][1]["trace"].layers[1].out  # [nh, P, hs], from the prefill
-    swapped = seen[-1][0].layers[1].values    # [nkv, P, hs], what the "K and O" step read
+    swapped = seen[-2][0].layers[1].values    # [nkv, P, hs], what the "K and O" step read
     for kv, heads in enumerate(([0, 1], [2, 3])):
         assert torch.allclose(swapped[kv], out[heads].mean(0))
     assert not torch.allclose(swapped[0], out[[0, 2]].mean(0))  # heads of two groups would give another stand-in
@@ -174,10 +201,11 @@ def test_the_new_row_uses_no_old_query(request, name):
     for layer in (0, model.config.n_layer - 1):
         row = cache_evidence.new_row(model, ids, layer)
         S = len(ids)
-        assert row.full.shape == row.from_cache.shape == row.old_query.shape == (model.config.n_head, 1, S)
+        assert row.full.shape == row.from_cache.shape == row.noisy_queries.shape == (model.config.n_head, 1, S)
         assert (row.full - row.from_cache).abs().max() < 1e-5
         assert (row.out_full - row.out_from_cache).abs().max() < 1e-4
-        assert (row.old_query - row.full).abs().max() > 1e-3  # the row does depend on which query reads (100x the match)
+        assert (row.noisy_queries - row.full).abs().max() < 1e-5  # old queries: noise, and the row stays
+        assert (row.noisy_keys - row.full).abs().max() > 1e-3  # old keys: noise, and it moves (8e-3 at least here)
 
 
 def test_attention_row_is_the_models_attention(small_llama):
@@ -247,14 +275,14 @@ def test_macs_by_part_sum_to_the_step():
 
 
 def test_macs_table():
-    table = memory.macs_table(GPT2_SMALL, (32, 1024))
-    lines = table.splitlines()
-    assert "32 tokens" in lines[0] and "1024 tokens" in lines[0]
+    lines = memory.macs_table(GPT2_SMALL, 1024).splitlines()
+    assert "1024 tokens" in lines[0]
     assert len({len(line) for line in lines}) == 1  # the columns line up
-    whole = lines[-1]
-    assert whole.startswith("whole step")
-    cached32, plain32, cached1024, plain1024 = (float(x.replace(",", "")) for x in re.findall(r"[\d,.]+", whole))
-    assert plain32 == 2766 and cached1024 == 142.4  # 2,766,238,464 and 142,406,400 multiply-adds, as above
+    rows = {line[:30].strip(): line[30:].split() for line in lines[3:]}
+    assert rows["K and V projections"][2] == rows["feed-forward"][2] == "1024x"  # one token's rows against 1024
+    assert rows["attention (scores and mixing)"][2] == "512.5x" and rows["logits"][2] == "1x"
+    cached, plain, _ = rows["whole step"]
+    assert float(cached) == 142.4 and float(plain.replace(",", "")) == 96_685  # 142,406,400 and 96,685,... as above
 
 
 def test_macs_by_part_plot():

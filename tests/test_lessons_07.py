@@ -74,6 +74,8 @@ def test_kv_table_and_mistakes_table():
     assert "4.00x" in text and "17.2 GB" in text and "*" not in text  # within its context: nothing to mark
     assert "right answer 17.2 GB*" in longcontext.mistakes_table("Llama-3-8B", 131072)  # 16 times Llama-3-8B's
     assert "none of the classic mistakes" in longcontext.mistakes_table("GPT-2 small", 1024)
+    gpt2 = memory.CATALOGUE["GPT-2 small"]
+    assert longcontext.mark(gpt2, 1024) == "" and longcontext.mark(gpt2, 1025) == longcontext.PAST  # its trained 1,024
 
 
 def test_calculator_shows_the_catalogue_bytes():
@@ -109,6 +111,10 @@ def test_calculator_shows_errors_in_place_and_recovers(monkeypatch):
 def test_plots():
     assert isinstance(plots.step_seconds_by_context([16, 128, 511], [1.0, 1.1, 1.3], "t"), Figure)
     assert isinstance(plots.attention_share([16, 1024], {"a": [0.1, 0.6]}, "t"), Figure)
+    past = plots.attention_share([16, 1024, 4096], {"a": [0.1, 0.6, 0.9]}, "t", trained={"a": 1024}).axes[0]
+    solid, dashed = ([list(line.get_xdata()) for line in past.lines if line.get_linestyle() == style] for style in ("-", "--"))
+    assert solid == [[16, 1024]] and [16, 1024, 4096][1:] in dashed  # drawn dashed past the trained context
+    assert any("a: trained context (dashed past it)" in text.get_text() for text in past.texts)
     assert isinstance(plots.savings_vs_loss(["x", "y"], [0.5, 0.75], [0.0, 0.2], "t"), Figure)
     assert isinstance(plots.loss_by_position({"a": [1.0] * 40, "b": [2.0] * 40}, "t"), Figure)
     with pytest.raises(ValueError, match="one per length"):

@@ -46,9 +46,9 @@ def swap_changes(smollm2):
 
 @exercise("05.uncached_factor_300", uses=("random-gpt2",), tolerance=0.03,
           hint={"en": "In the table, the cached step hardly grows with the tokens; the uncached one grows about in "
-                      "proportion to them. Scale the 256-token column to 300 tokens, then divide.",
+                      "proportion to them. Scale its uncached whole step from 256 tokens to 300, then divide by the cached one.",
                 "zh": "表里，用缓存的一步几乎不随 token 数增长；不用缓存的一步大致和 token 数成正比。"
-                      "把 256 个 token 那一列按比例放大到 300，再相除。"},
+                      "把表里不用缓存的整步合计从 256 个 token 按比例放大到 300 个，再除以用缓存的。"},
           explain={"en": "At 300 tokens the uncached step costs about {answer:.0f} times the cached one. Not 300 times: "
                          "both compute the logits of the last position only, the same work in both.",
                    "zh": "到 300 个 token 时，不用缓存的一步大约是用缓存的 {answer:.0f} 倍。不是 300 倍："
