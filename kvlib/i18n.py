@@ -566,12 +566,6 @@ TEXT = {
                           "zh": "运行 {j} · {name}：{tokens} 个 token 用时 {ms} ms，每秒 {rate} 个 token；平均延迟 {latency} ms，"
                                 "平均首 token 时间 {ttft} ms；{idle} 的槽位步空闲；块：分配 {allocated} 个，释放 {freed} 个，"
                                 "索引留着 {cached} 个"},
-    "timeline.text_request": {"en": "request", "zh": "请求"},
-    "timeline.text_prompt": {"en": "prompt", "zh": "提示词"},
-    "timeline.text_answer": {"en": "answer", "zh": "回答"},
-    "timeline.text_reused": {"en": "run {j}\nreused", "zh": "运行 {j}\n复用"},
-    "timeline.text_ttft_ms": {"en": "run {j}\nTTFT ms", "zh": "运行 {j}\n首 token ms"},
-    "timeline.text_latency_ms": {"en": "run {j}\nlatency ms", "zh": "运行 {j}\n延迟 ms"},
     "engine.stream_heads": {"en": "request|prompt\ntokens|kvlib\nreused|llama-server\nreused|kvlib first token\nwith / without|"
                                   "llama-server first token\nwith / without",
                             "zh": "请求|提示词\ntoken|kvlib\n复用|llama-server\n复用|kvlib 首 token\n有缓存 / 无缓存|"

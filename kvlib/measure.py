@@ -1,6 +1,6 @@
 """Measuring tools every lesson and the benchmark share: a clock that waits for the device, one CPU
-thread to time on, the count of rounds whose fastest is kept, random prompts, the bytes and bare
-matmuls a decode step cannot do without, and the share of a step those matmuls take.
+thread to time on, the count of rounds whose fastest is kept, random prompts, and the bytes and bare
+matmuls a decode step cannot do without.
 
 Every clock read here first waits for the device (`models.synchronize`): a GPU runs
 ahead of Python, and a clock read without waiting times the queueing, not the work.
@@ -80,35 +80,3 @@ def bare_matmul_seconds(model, repeats=5, batch=1):
     step = matmul_pass(model, batch)
     step()  # warm up
     return statistics.median(timed(step, model.device)[1] for _ in range(repeats))
-
-
-def median_share(rounds):
-    """[(step seconds, matmul seconds) of each run of a round] per round -> the median over rounds of each round's
-    fastest matmuls over its fastest step: a run a busy machine stalled is not a round's fastest, and a round it
-    slowed whole is not the median."""
-    return statistics.median(min(m for _, m in runs) / min(s for s, _ in runs) for runs in rounds)
-
-
-def matmul_share(model, rounds=40, runs=5, budget=3.0, prompt_len=8):
-    """The share of a batch-1 decode step's time its weight matmuls alone take (median_share): a decode step
-    (one token on a cache of prompt_len, cropped back after) and the step's bare matmuls (matmul_pass) timed in
-    turn, `runs` of each a round, after a warm-up round; `rounds` rounds, fewer (at least 9) where they take
-    longer than `budget` seconds. Timed in turn, both meet the machine in the same state: a share from two
-    measurements taken apart moved 2x between runs of notebook 8."""
-    check_repeats(rounds)
-    ids = random_ids(model, prompt_len + 1, 0)
-    cache, matmuls = model.new_cache(), matmul_pass(model)
-    model.forward(ids[:prompt_len], cache=cache, last_only=True)
-
-    def step():
-        model.forward(ids[prompt_len:], cache=cache, last_only=True)
-        cache.crop(prompt_len)
-
-    timings, start = [], time.perf_counter()
-    for r in range(rounds + 1):  # round 0 warms up
-        one = [(timed(step, model.device)[1], timed(matmuls, model.device)[1]) for _ in range(runs)]
-        if r:
-            timings.append(one)
-        if r >= min(9, rounds) and time.perf_counter() - start > budget:
-            break
-    return median_share(timings)

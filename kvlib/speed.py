@@ -15,10 +15,12 @@ import statistics
 import numpy as np
 import torch
 
-from .batching import generate_batch
+from .batching import Decoding, advance, pool_blocks
 from . import i18n
 from .errors import KVLibError
-from .measure import bare_matmul_seconds, check_repeats, one_thread, random_ids, timed
+from .generate import Generation, Rules
+from .measure import check_repeats, matmul_pass, one_thread, random_ids, timed
+from .paged_cache import PagedKVCache
 from .texttable import pad
 
 
@@ -155,27 +157,38 @@ BATCHES = (1, 8, 32)
 
 
 def batch_rates(model, batches=BATCHES, prompt_len=32, new_tokens=16, repeats=2, seed=0, bare=False):
-    """Total decode tokens/s of generate_batch at each batch size: random prompts of prompt_len tokens,
-    new_tokens each (no early stop), the decode steps timed (not the prefills, which run one prompt at a
-    time); b tokens per a round's median step (a step the machine stalled does not count), every size taken
-    in turn, best of `repeats` rounds after a warm-up; ratios to the smallest.
-    bare=True also times the step's weight matmuls alone (measure.bare_matmul_seconds) at each size, the same
-    way: in the same rounds, right after that size's steps, as many runs as decode steps, b tokens per their
-    median, the best round kept ("bare_tokens_per_second")."""
-    best, best_bare = {}, {}
+    """Total decode tokens/s at each batch size b: b random prompts of prompt_len tokens decoded together, as
+    generate_batch decodes them (batching.advance on a paged cache; the prompts prefilled one by one, untimed),
+    new_tokens each, no early stop; b tokens over the fastest decode step. Every size takes its turn in each of
+    `repeats` rounds, after an untimed warm-up round, so a busy moment of the machine slows all alike; ratios to
+    the smallest.
+    bare=True also times the step's weight matmuls alone (measure.matmul_pass, b rows) right after each decode step,
+    so both meet the machine in the same state, and keeps their fastest run the same way: "bare_tokens_per_second",
+    and "matmul_share", each size's fastest matmuls over its fastest step, which is the tokens/s in whole steps
+    over those in the matmuls alone (a share from a separate measurement once disagreed with this table 2x)."""
+    check_repeats(repeats)
+    if new_tokens < 2:
+        raise KVLibError(f"batch_rates times decode steps: give at least 2 new tokens (the first comes from the "
+                         f"prefill), not {new_tokens}")
+    step, matmuls = {b: float("inf") for b in batches}, {b: float("inf") for b in batches}
     for round in range(repeats + 1):  # round 0 warms up
         for b in batches:
-            prompts = [random_ids(model, prompt_len, seed + i) for i in range(b)]
-            gens = generate_batch(model, prompts, max_new_tokens=new_tokens, stop_at_eos=False)
-            steps = gens[0].step_seconds[1:]  # every sequence takes part in every decode step
-            matmuls = bare_matmul_seconds(model, repeats=len(steps), batch=b) if bare else None
-            if round:
-                best[b] = max(best.get(b, 0), b / statistics.median(steps))
-                if bare:
-                    best_bare[b] = max(best_bare.get(b, 0), b / matmuls)
-    return {"prompt_len": prompt_len, "new_tokens": new_tokens, "tokens_per_second": best,
-            "over_batch_1": {b: tps / best[batches[0]] for b, tps in best.items()},
-            **({"bare_tokens_per_second": best_bare} if bare else {})}
+            cache = PagedKVCache(model.config.n_layer, pool_blocks([prompt_len + new_tokens] * b, 16), 16)
+            rows = [Decoding(cache.add(), Generation(random_ids(model, prompt_len, seed + i)),
+                             Rules(new_tokens, stop_at_eos=False)) for i in range(b)]
+            for row in rows:  # prefills, one prompt at a time: not timed
+                advance(model, cache, [row])
+            weights = matmul_pass(model, b) if bare else None
+            for _ in range(new_tokens - 1):  # every row in every decode step, a token each
+                seconds = timed(lambda: advance(model, cache, rows), model.device)[1]
+                bare_seconds = timed(weights, model.device)[1] if bare else float("inf")
+                if round:
+                    step[b], matmuls[b] = min(step[b], seconds), min(matmuls[b], bare_seconds)
+    rates = {b: b / seconds for b, seconds in step.items()}
+    return {"prompt_len": prompt_len, "new_tokens": new_tokens, "repeats": repeats, "tokens_per_second": rates,
+            "over_batch_1": {b: tps / rates[batches[0]] for b, tps in rates.items()},
+            **({"bare_tokens_per_second": {b: b / seconds for b, seconds in matmuls.items()},
+                "matmul_share": {b: matmuls[b] / step[b] for b in batches}} if bare else {})}
 
 
 def _apart(a, b):

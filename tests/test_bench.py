@@ -154,18 +154,3 @@ def test_suite_writes_json_table_and_plots(tmp_path):
         b["tokens_per_second"]["32"] / b["tokens_per_second"]["1"])
     assert f"| tiny | 32 | {b['tokens_per_second']['32']:.1f} |" in table
     assert any("prompt 8:" in line for line in lines)  # progress as it goes
-
-
-def test_the_matmul_share_is_the_median_of_each_rounds_fastest():
-    """Notebook 8's share of a step the weight matmuls take, on given times (no clock): each round's fastest matmuls
-    over its fastest step, the median of those; a run the machine stalled (10 s) moves nothing."""
-    rounds = [[(2.0, 1.0), (10.0, 1.2)], [(2.0, 1.2), (2.5, 10.0)], [(4.0, 1.0), (10.0, 10.0)]]
-    assert measure.median_share(rounds) == pytest.approx(0.5)  # rounds of 0.5, 0.6 and 0.25
-
-
-def test_the_matmul_share_times_a_step_and_its_matmuls_in_turn(tiny, monkeypatch):
-    """A decode step, then the bare matmuls, run after run: both meet the machine in the same state."""
-    timed, real = [], measure.timed
-    monkeypatch.setattr(measure, "timed", lambda fn, device: timed.append(fn.__qualname__.split(".")[0]) or real(fn, device))
-    share = measure.matmul_share(tiny, rounds=3, runs=2, budget=60)
-    assert 0 < share < 2 and timed == ["matmul_share", "matmul_pass"] * 2 * 4  # a warm-up round, then 3

@@ -319,31 +319,39 @@ def test_shared_prefix_refuses_what_does_not_fit(tiny):
         serving.serve_shared_prefix(tiny, [1] * 500, [[2] * 10], max_new_tokens=5)
 
 
-def test_batch_rates_times_the_bare_matmuls_as_it_times_the_steps(tiny, monkeypatch):
-    """Notebook 8 sets whole decode steps beside their bare weight matmuls: both timed in the same rounds (the
-    matmuls right after each size's steps, as many runs as timed steps), b tokens over a median, the best round
-    kept. Which gained more is the machine's to say; what was timed when, and which round counts, is pinned here."""
+def test_batch_rates_times_each_decode_step_then_its_bare_matmuls(tiny, monkeypatch):
+    """Notebook 8's table: each decode step of b rows, then the step's bare weight matmuls on b rows, in turn (both
+    meet the machine in the same state), every size in every round after a warm-up round; the fastest of each kept,
+    so the share of a step the matmuls take is read off the same two numbers. The times are given here (no clock):
+    what is timed when, and which time counts, is pinned; which is faster is the machine's to say."""
     from kvlib import speed
 
-    order, rounds = [], iter(range(100))
-    real = speed.generate_batch
+    given = {"batch_rates": iter([0.001] * 4 + [0.010, 0.008, 0.020, 0.030] + [0.009, 0.012, 0.016, 0.040]),
+             "matmul_pass": iter([0.0001] * 4 + [0.004, 0.005, 0.016, 0.012] + [0.003, 0.006, 0.013, 0.020])}
+    timed, rows = [], []  # the warm-up round's times are the fastest of all: they must not count
 
-    def steps(model, prompts, **kw):
-        gens = real(model, prompts, **kw)
-        order.append(("steps", len(prompts), len(gens[0].step_seconds) - 1))
-        return gens
+    def clock(fn, device):
+        kind = fn.__qualname__.split(".")[0]  # the decode step (a lambda in batch_rates) or matmul_pass's step
+        timed.append(kind)
+        return fn(), next(given[kind])
 
-    def matmuls(model, repeats, batch):
-        order.append(("matmuls", batch, repeats))
-        return 0.01 * batch / (1 + next(rounds))  # faster each call: the last round is the best
-
-    monkeypatch.setattr(speed, "generate_batch", steps)
-    monkeypatch.setattr(speed, "bare_matmul_seconds", matmuls)
+    real = speed.advance
+    monkeypatch.setattr(speed, "timed", clock)
+    monkeypatch.setattr(speed, "advance", lambda model, cache, batch: rows.append(len(batch)) or real(model, cache, batch))
     r = speed.batch_rates(tiny, (1, 4), prompt_len=4, new_tokens=3, repeats=2, bare=True)
-    # a warm-up round and 2 timed ones; each size's matmuls right after its steps, as many runs as its timed steps
-    assert order == [(kind, b, 2) for _ in range(3) for b in (1, 4) for kind in ("steps", "matmuls")]
-    assert r["bare_tokens_per_second"] == {1: pytest.approx(1 / (0.01 / 5)), 4: pytest.approx(4 / (0.04 / 6))}
-    assert "bare_tokens_per_second" not in speed.batch_rates(tiny, (1,), prompt_len=4, new_tokens=3, repeats=1)
+    # 3 rounds; per size its prefills (one row each, untimed), then 2 decode steps of every row, each step's matmuls after it
+    assert timed == ["batch_rates", "matmul_pass"] * 2 * 2 * 3
+    assert rows == ([1] + [1] * 2 + [1, 1, 1, 1] + [4] * 2) * 3
+    assert r["tokens_per_second"] == {1: pytest.approx(1 / 0.008), 4: pytest.approx(4 / 0.016)}
+    assert r["bare_tokens_per_second"] == {1: pytest.approx(1 / 0.003), 4: pytest.approx(4 / 0.012)}
+    assert r["matmul_share"] == {1: pytest.approx(0.003 / 0.008), 4: pytest.approx(0.012 / 0.016)}
+    assert r["matmul_share"][4] == pytest.approx(r["tokens_per_second"][4] / r["bare_tokens_per_second"][4])
+    assert r["over_batch_1"] == {1: 1, 4: pytest.approx(2)}
+    monkeypatch.undo()
+    plain = speed.batch_rates(tiny, (1,), prompt_len=4, new_tokens=3, repeats=1)
+    assert "bare_tokens_per_second" not in plain and "matmul_share" not in plain
+    with pytest.raises(KVLibError, match="at least 2 new tokens"):
+        speed.batch_rates(tiny, (1,), new_tokens=1)
 
 
 def test_the_ttft_verdict_names_a_gap_within_its_tolerance_about_the_same():

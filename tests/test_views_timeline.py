@@ -115,7 +115,8 @@ def test_the_timeline_shows_the_blocks_prefix_caching_reused(shared):
     assert (off["blocks_allocated"], off["blocks_freed"], off["blocks_cached"]) == (12, 12, 0)
     text = view.summary()
     assert "slot 0: A▸ A C↺ C\nslot 1: B↺ B D↺ D\n" in text  # with the index
-    assert "slot 0: A▸ A C▸ C\nslot 1: B▸ B D▸ D\n" in text  # without
+    assert text.endswith("slot 0: A▸ A C▸ C\nslot 1: B▸ B D▸ D")  # without: the last lines, no table of every
+    # request's times after them (notebook 8's cells print the means and the users' own table)
     assert "blocks: 6 allocated, 4 freed, 2 kept by the index" in text
 
 

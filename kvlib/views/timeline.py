@@ -15,7 +15,6 @@ import traitlets as T
 from ..errors import KVLibError
 from ..i18n import TEXT, local, t
 from ..serving import ServingRun
-from ..texttable import text_table
 from .base import View, module
 
 MARK = {"prefill": "▸", "decode": "", "reused": "↺"}  # reused: a prefill that read cached blocks
@@ -74,11 +73,11 @@ class ServingTimeline(View):
         if not self.runs:
             return t("timeline.text_empty")
         try:
-            return self._table()
+            return self._text()
         except (KeyError, TypeError, IndexError) as err:  # runs set by hand: said in place, as the page says it
             return t("timeline.broken", error=repr(err))
 
-    def _table(self):
+    def _text(self):
         lines = [self.title, t("timeline.text_cells")]
         for j, run in enumerate(self.runs):
             lines.append("\n" + t("timeline.text_run", j=j + 1, name=run["name"], tokens=f"{run['tokens']:,}",
@@ -89,13 +88,8 @@ class ServingTimeline(View):
             for slot in range(run["max_batch"]):
                 row = [c and self.requests[c[0]]["label"] + self._mark(run, c) for c in (step[slot] for step in run["cells"])]
                 lines.append(t("timeline.slot_head", slot=slot) + ": " + " ".join(c or "." for c in row))
-        rows = [[q["label"], q["prompt"], q["answer"]] + [f"{run['served'][k]['reused']:,}" for run in self.runs] +
-                [f"{run['served'][k][f]:,.1f}" for run in self.runs for f in ("ttft_ms", "latency_ms")]
-                for k, q in enumerate(self.requests)]
-        heads = [t(f"timeline.text_{f}") for f in ("request", "prompt", "answer")] + \
-            [t("timeline.text_reused", j=j + 1) for j in range(len(self.runs))] + \
-            [t(f"timeline.text_{f}", j=j + 1) for j in range(len(self.runs)) for f in ("ttft_ms", "latency_ms")]
-        return "\n".join(lines + ["", text_table(heads, rows)])
+        # no table of every request's times: the run's means above and the cell's own lines carry the lesson
+        return "\n".join(lines)
 
     @staticmethod
     def _mark(run, cell):  # ▸ a prefill, ↺ one that read cached blocks, nothing for a decode
