@@ -4,10 +4,11 @@ at several (notebook 6's curve), and batched decoding's tokens per second (noteb
 (bench.py, `python -m kvlib bench`) runs some of them too, beside transformers.
 
 Each takes turns between what it compares and keeps the fastest (or the median) of several rounds, so a busy
-moment of the machine slows all alike; a curve (several lengths) first runs one round untimed, so the length
-timed first does not pay for the warm-up. The clock is measure.timed, which waits for the device. A timed
-curve can still bend where the machine's noise outweighs the work between two lengths: `growth` reads it as
-it came out, and says where it bent rather than reading a trend into it.
+moment of the machine slows all alike. The step and prefill timings first run one round untimed, so what is
+timed first does not pay for the warm-up, and run on one CPU thread (measure.one_thread). The clock is
+measure.timed, which waits for the device. A timed curve can still bend where the machine's noise outweighs
+the work between two lengths: `growth` reads it as it came out, and says where it bent rather than reading a
+trend into it.
 """
 
 import statistics
@@ -59,48 +60,17 @@ def step_seconds(model, lengths=(32, 64, 128, 256, 512), repeats=3, seed=0):
 PREFILLS = {k: i18n.TEXT[f"speed.{k}"]["en"] for k in ("none", "cold", "warm")}  # the bench's labels, in English
 
 
-def prompt_caching(model, prompt_len=1024, uncached_tail=16, repeats=3, seed=0, kinds=tuple(PREFILLS)):
-    """Median prefill seconds ("seconds") and the fastest ("best": the least disturbed by a busy machine) of
-    a prompt whose all but `uncached_tail` tokens are cached (warm), of the same prompt through an empty
-    prompt cache (cold), and with no prompt cache (none), and every run's ("runs"); `kinds` picks which of
-    them to time."""
-    from .prompt_cache import PromptCache
-
-    shared = random_ids(model, prompt_len - uncached_tail, seed)
-    warm = PromptCache(model, block_size=16)
-    warm.prefill(shared + random_ids(model, 1, seed + 1))  # caches the shared part
-    runs = {k: [] for k in PREFILLS if k in kinds}
-    for r in range(repeats):  # interleaved, so drift hits all three alike; a new tail each time
-        prompt = shared + random_ids(model, uncached_tail, seed + 2 + r)
-        if "none" in runs:
-            runs["none"].append(timed(lambda: model.forward(prompt, cache=model.new_cache(), last_only=True),
-                                      model.device)[1])
-        if "cold" in runs:
-            runs["cold"].append(PromptCache(model, block_size=16).prefill(prompt).seconds)
-        res, seconds = timed(lambda: warm.prefill(prompt), model.device)  # always: its receipt is returned
-        if "warm" in runs:
-            runs["warm"].append(seconds)
-    return {"seconds": {k: statistics.median(v) for k, v in runs.items()},
-            "best": {k: min(v) for k, v in runs.items()}, "runs": runs, "receipt": res.receipt,
-            "prompt_len": prompt_len, "model": model.name}
-
-
-def prompt_caching_by_length(model, lengths, uncached_tail=16, repeats=3, seed=0):
-    """Time to first token at each prompt length in `lengths`, through an empty prompt cache (cold) and with all
-    but the last `uncached_tail` tokens cached (warm): {"lengths", "best": {"cold": [s], "warm": [s]} (each the
-    fastest of `repeats` rounds), "receipts" (each length's last warm receipt), "repeats", "model"}.
+def _prefill_rounds(model, lengths, uncached_tail, repeats, seed, kinds):
+    """The timed prefills behind prompt_caching and prompt_caching_by_length: {kind: [[seconds of each timed
+    round] per length]} for each of `kinds` ("none", "cold", "warm"), and each length's last warm receipt.
 
     The order is taken out of the measurement: one round untimed first (the first prefill of a process pays
     for its warm-up: 450 ms cold at 64 tokens against 30-80 ms at 128-448, timed first), then round after
-    round every length in turn, cold then warm, each with a new tail; the fastest of each is kept. On one CPU
-    thread (measure.one_thread): on a busy 2-core machine two threads made tiny's prefills several times slower
-    and bent the curve."""
+    round every length in turn, its kinds in turn, each round with a new tail. On one CPU thread
+    (measure.one_thread): on a busy 2-core machine two threads made tiny's prefills several times slower and
+    bent the curve."""
     from .prompt_cache import PromptCache
 
-    lengths = sorted(int(n) for n in lengths)
-    if not lengths or lengths[0] <= uncached_tail or lengths[-1] > model.config.n_ctx:
-        raise KVLibError(f"lengths must lie between {uncached_tail + 1} (more than the uncached tail) and "
-                         f"{model.config.n_ctx} ({model.name}'s context); got {lengths}")
     check_repeats(repeats)
     shared = random_ids(model, lengths[-1], seed)
     warm = []
@@ -108,19 +78,49 @@ def prompt_caching_by_length(model, lengths, uncached_tail=16, repeats=3, seed=0
         cache = PromptCache(model, block_size=16)
         cache.prefill(shared[:n - uncached_tail] + random_ids(model, 1, seed + 1))
         warm.append(cache)
-    best = {"cold": [float("inf")] * len(lengths), "warm": [float("inf")] * len(lengths)}
+    runs = {k: [[] for _ in lengths] for k in PREFILLS if k in kinds}
     receipts = [None] * len(lengths)
-    with one_thread():
+    with torch.inference_mode(), one_thread():
         for round in range(repeats + 1):  # round 0 warms up
             for k, n in enumerate(lengths):
                 prompt = shared[:n - uncached_tail] + random_ids(model, uncached_tail, seed + 2 + round)
-                cold = PromptCache(model, block_size=16).prefill(prompt).seconds
-                res, seconds = timed(lambda: warm[k].prefill(prompt), model.device)
+                took = {}
+                if "none" in runs:
+                    took["none"] = timed(lambda: model.forward(prompt, cache=model.new_cache(), last_only=True),
+                                         model.device)[1]
+                if "cold" in runs:
+                    took["cold"] = PromptCache(model, block_size=16).prefill(prompt).seconds
+                res, took["warm"] = timed(lambda: warm[k].prefill(prompt), model.device)  # always: its receipt
                 receipts[k] = res.receipt
-                if round:
-                    best["cold"][k], best["warm"][k] = min(best["cold"][k], cold), min(best["warm"][k], seconds)
-    return {"lengths": lengths, "best": {k: np.array(v) for k, v in best.items()}, "receipts": receipts,
-            "repeats": repeats, "model": model.name}
+                for kind in runs if round else ():
+                    runs[kind][k].append(took[kind])
+    return runs, receipts
+
+
+def prompt_caching(model, prompt_len=1024, uncached_tail=16, repeats=3, seed=0, kinds=tuple(PREFILLS)):
+    """Median prefill seconds ("seconds") and the fastest ("best": the least disturbed by a busy machine) of
+    a prompt whose all but `uncached_tail` tokens are cached (warm), of the same prompt through an empty
+    prompt cache (cold), and with no prompt cache (none), and every timed run's ("runs"); `kinds` picks which
+    of them to time. After a round untimed, taking turns, on one thread (_prefill_rounds)."""
+    runs, receipts = _prefill_rounds(model, [prompt_len], uncached_tail, repeats, seed, kinds)
+    runs = {k: v[0] for k, v in runs.items()}
+    return {"seconds": {k: statistics.median(v) for k, v in runs.items()},
+            "best": {k: min(v) for k, v in runs.items()}, "runs": runs, "receipt": receipts[0],
+            "prompt_len": prompt_len, "model": model.name}
+
+
+def prompt_caching_by_length(model, lengths, uncached_tail=16, repeats=3, seed=0):
+    """Time to first token at each prompt length in `lengths`, through an empty prompt cache (cold) and with all
+    but the last `uncached_tail` tokens cached (warm): {"lengths", "best": {"cold": [s], "warm": [s]} (each the
+    fastest of `repeats` rounds, after a round untimed, the lengths in turn: _prefill_rounds), "receipts" (each
+    length's last warm receipt), "repeats", "model"}."""
+    lengths = sorted(int(n) for n in lengths)
+    if not lengths or lengths[0] <= uncached_tail or lengths[-1] > model.config.n_ctx:
+        raise KVLibError(f"lengths must lie between {uncached_tail + 1} (more than the uncached tail) and "
+                         f"{model.config.n_ctx} ({model.name}'s context); got {lengths}")
+    runs, receipts = _prefill_rounds(model, lengths, uncached_tail, repeats, seed, ("cold", "warm"))
+    return {"lengths": lengths, "best": {k: np.array([min(r) for r in v]) for k, v in runs.items()},
+            "receipts": receipts, "repeats": repeats, "model": model.name}
 
 
 def bends(lengths, values):
@@ -200,15 +200,18 @@ def _apart(a, b):
 def report_prompt_caching(r):
     """Prints prompt_caching's result: each prefill's median, the warm receipt, then warm against cold and cold
     against no prompt cache, each read as the numbers came out (slower when slower; a cost only when cold took
-    longer; either named within noise when the two's runs overlapped)."""
+    longer; either named within noise when the two's runs overlapped). A prefill not timed (prompt_caching's
+    `kinds`) is left out, with the line that compares it."""
     t, rc, runs = r["seconds"], r["receipt"], r["runs"]
     print(i18n.t("speed.report", model=r["model"], n=r["prompt_len"]))
-    for key in PREFILLS:
+    for key in t:
         print(f"  {pad(i18n.t(f'speed.{key}'), '<', 32)} {t[key] * 1e3:9.1f} ms")  # a Chinese character is two columns
     print(i18n.t("speed.receipt", input=rc.input_tokens, cached=rc.cached_tokens, written=rc.written_tokens))
     ratio = t["cold"] / t["warm"]
     print(i18n.t("speed.faster" if ratio > 1 else "speed.slower", x=f"{max(ratio, 1 / ratio):.1f}")
           + ("" if _apart(runs["warm"], runs["cold"]) else i18n.t("speed.noise")))
+    if "none" not in t:
+        return
     cost = t["cold"] / t["none"] - 1
     if cost > 0:
         print(i18n.t("speed.zero_hits", cost=f"{cost:+.1%}")

@@ -5,6 +5,7 @@ import json
 import statistics
 
 import pytest
+import torch
 from matplotlib.figure import Figure
 from transformers import GPT2Config
 
@@ -200,3 +201,26 @@ def test_prompt_caching_keeps_every_run_for_the_report(tiny, capsys):
     assert r["seconds"]["warm"] == statistics.median(r["runs"]["warm"]) and r["best"]["cold"] == min(r["runs"]["cold"])
     speed.report_prompt_caching(r)
     assert "warm vs cold: warm was" in capsys.readouterr().out
+
+
+def test_prompt_caching_warms_up_takes_turns_and_times_on_one_thread(tiny, monkeypatch):
+    """A round untimed, then each round none, cold, warm in turn, every forward pass on one CPU thread. Counted
+    from the forward passes' calls (tokens fed, threads), not from a clock."""
+    from kvlib import prompt_cache
+    calls, bare, paged = [], type(tiny).forward, prompt_cache.forward_rows
+    monkeypatch.setattr(type(tiny), "forward", lambda self, ids, *a, **k: calls.append(
+        ("none", len(ids), torch.get_num_threads())) or bare(self, ids, *a, **k))
+    monkeypatch.setattr(prompt_cache, "forward_rows", lambda model, cache, rows: calls.append(
+        ("cache", len(rows[0][1]), torch.get_num_threads())) or paged(model, cache, rows))
+    r = speed.prompt_caching(tiny, 64, repeats=2)
+    assert calls[0][:2] == ("cache", 49)  # the shared part (48) and a token, filed before anything is timed
+    rounds = calls[1:]
+    assert [c[:2] for c in rounds] == [("none", 64), ("cache", 64), ("cache", 16)] * 3  # 1 untimed round + 2 timed
+    assert {threads for *_, threads in rounds} == {1}
+    assert {k: len(v) for k, v in r["runs"].items()} == {"none": 2, "cold": 2, "warm": 2}
+
+
+def test_the_prompt_caching_report_leaves_out_what_was_not_timed(tiny, capsys):
+    speed.report_prompt_caching(speed.prompt_caching(tiny, 64, repeats=1, kinds=("cold", "warm")))
+    out = capsys.readouterr().out
+    assert "warm vs cold: warm was" in out and "hit rate" not in out and "no prompt cache" not in out
