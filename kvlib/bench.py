@@ -392,7 +392,8 @@ def room(notebook="notebooks/05_kv_cache.ipynb", learners=3, model="smollm2"):
     from jupyter_client.manager import start_new_kernel
 
     cells = [c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
-    env = {**os.environ, "KVLIB_MODEL": model, "MPLBACKEND": "Agg"}
+    # as the room's hub starts each learner's server (etc/hub/jupyterhub_config.py): freed tensors go back to the system
+    env = {**os.environ, "KVLIB_MODEL": model, "MPLBACKEND": "Agg", "MALLOC_MMAP_THRESHOLD_": "131072"}
     kernels = []
     try:
         for _ in range(learners):
