@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from . import i18n
+from .kv_cache import causal_mask
 from .models import KVLibError
 from .trace import Trace
 
@@ -199,7 +200,7 @@ def causal_last_row(q, k, config):  # q [nh, T, hs], k [nkv, T, hs] -> [nh, 1, T
     against every key (query head h reading K/V head config.kv_head(h)), later keys masked; then the last row."""
     T = q.shape[1]
     k = k[config.kv_head(torch.arange(q.shape[0]))]  # [nh, T, hs]
-    mask = torch.full((T, T), float("-inf")).triu(1)  # token i may not read tokens after i
+    mask = causal_mask(torch.arange(T), torch.arange(T)).to(q)  # the model's own mask: no token reads a later one
     return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + mask, dim=-1)[:, -1:]
 
 

@@ -253,7 +253,7 @@ def pick_dtype(dtype=None):
     return DTYPES[str(dtype)]
 
 
-def weights(name, hf_model, tokenizer, device, dtype=torch.float32):
+def weights(name, hf_model, device, dtype=torch.float32):
     """A transformers model of a family kvlib runs -> (Config, params): its weights kept, the module dropped."""
     c = hf_model.config
     if c.model_type not in FAMILIES:
@@ -266,7 +266,7 @@ def weights(name, hf_model, tokenizer, device, dtype=torch.float32):
 
 def from_hf(name, hf_model, tokenizer, device, dtype=torch.float32):
     """Wrap a transformers model of a family kvlib runs: keep its weights, drop the module."""
-    config, params = weights(name, hf_model, tokenizer, device, dtype)
+    config, params = weights(name, hf_model, device, dtype)
     return Model(name, params, config, tokenizer, device)
 
 
@@ -369,7 +369,7 @@ def shared_model(name, dtype):
         sources = checkpoint_dir(name).resolve()
         tokenizer = AutoTokenizer.from_pretrained(sources, local_files_only=True)
     path = weights_file.path_for(kvlib_home(), name, sources, dtype)
-    config, params = weights_file.shared(path, Config, lambda: weights(name, *hf_model(name), torch.device("cpu"), dtype),
+    config, params = weights_file.shared(path, Config, lambda: weights(name, hf_model(name)[0], torch.device("cpu"), dtype),
                                          sources if isinstance(sources, Path) else name)
     return Model(name, params, config, tokenizer, torch.device("cpu"))
 

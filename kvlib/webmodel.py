@@ -63,6 +63,7 @@ from .generate import generate
 from .kv_cache import causal_mask
 from .models import Model, load_model
 from .trace import Trace
+from .weights_file import flatten, unflatten
 
 INPUTS = ("ids", "positions", "past_k", "past_v")
 OUTPUTS = ("logits", "k", "v", "weights")
@@ -105,23 +106,6 @@ class GraphCache:
         return torch.stack([layer.k for layer in self.layers]), torch.stack([layer.v for layer in self.layers])
 
 
-def flat(params):  # kvlib's params -> {"wte.weight": tensor, ..., "h.0.ln_1.weight": tensor, ...}
-    out = {k: v for k, v in params.items() if k != "h"}
-    for i, layer in enumerate(params["h"]):
-        out.update({f"h.{i}.{k}": v for k, v in layer.items()})
-    return out
-
-
-def nested(named, n_layer):  # the inverse of flat
-    params = {k: v for k, v in named.items() if not k.startswith("h.")}
-    params["h"] = [{} for _ in range(n_layer)]
-    for k, v in named.items():
-        if k.startswith("h."):
-            _, i, name = k.split(".", 2)
-            params["h"][int(i)][name] = v
-    return params
-
-
 def tied(model):  # the output head [C, V] is the token table [V, C] transposed (tiny's and SmolLM2's are)
     params = model.params
     return torch.equal(params["lm_head.weight"], params[model.family.token_table].T)
@@ -135,8 +119,8 @@ def stored(model, storage="fp16"):
     if storage != "fp16":
         raise KVLibError(f"{storage} weights are rounded by onnxruntime's quantizer, not by kvlib: compare such a "
                          f"graph with kvlib by `agreement` (greedy tokens) instead")
-    named = {k: v.half().float() for k, v in flat(model.params).items()}
-    return Model(model.name, nested(named, model.config.n_layer), model.config, model.tokenizer, model.device)
+    named = {k: v.half().float() for k, v in flatten(model.params).items()}
+    return Model(model.name, unflatten(named, model.config.n_layer), model.config, model.tokenizer, model.device)
 
 
 def fp32(t):
@@ -151,7 +135,7 @@ class Graph(torch.nn.Module):
     def __init__(self, model, dtype=torch.float16, table_dtype=None):
         super().__init__()
         self.forward_pass, self.config = model.family.forward, model.config
-        named = flat(model.params)
+        named = flatten(model.params)
         self.table = model.family.token_table if tied(model) else None
         if self.table:  # one table in the file, read twice (kvlib keeps a contiguous copy for speed)
             del named["lm_head.weight"]
@@ -165,7 +149,7 @@ class Graph(torch.nn.Module):
         named = {name: fp32(getattr(self, name.replace(".", "_"))) for name in self.names}
         if self.table:
             named["lm_head.weight"] = named[self.table].T
-        return nested(named, self.config.n_layer)
+        return unflatten(named, self.config.n_layer)
 
     def forward(self, ids, positions, past_k, past_v):  # [T], [T], [L, nkv, P, hs] x 2
         cache, trace = GraphCache(positions, past_k, past_v), Trace()
@@ -306,8 +290,8 @@ def kvlib_step(model, ids, cache):  # one call of kvlib -> {output: tensor} in t
 
 
 def in_float64(model):  # the same weights, computed in float64: the exact value, to fp32's eyes
-    named = {k: v.double() for k, v in flat(model.params).items()}
-    return Model(model.name, nested(named, model.config.n_layer), model.config, model.tokenizer, model.device)
+    named = {k: v.double() for k, v in flatten(model.params).items()}
+    return Model(model.name, unflatten(named, model.config.n_layer), model.config, model.tokenizer, model.device)
 
 
 def empty_past(config):  # [L, nkv, 0, hs] x 2: a prefill's past K and V

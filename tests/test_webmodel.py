@@ -7,7 +7,7 @@ import onnx
 import pytest
 import torch
 
-from kvlib import KVLibError, Trace, generate, webmodel
+from kvlib import KVLibError, Trace, generate, webmodel, weights_file
 from kvlib.webmodel import OUTPUTS
 
 
@@ -74,7 +74,7 @@ def test_weights_are_stored_fp16_and_computed_in_fp32(tiny, tiny_onnx):
     floats = [t for t in inits.values() if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)]
     assert floats and all(t.data_type == onnx.TensorProto.FLOAT16 for t in floats)
     stored = sum(np.prod(t.dims) for t in floats)
-    params = webmodel.flat(tiny.params)
+    params = weights_file.flatten(tiny.params)
     assert stored == sum(t.numel() for t in params.values()) - params["lm_head.weight"].numel()  # tied: once
     casts = {n.input[0]: n for n in graph.graph.node if n.op_type == "Cast"}
     for t in floats:  # each read through a Cast to fp32, so every multiply is fp32
