@@ -42,7 +42,8 @@ def test_a_copy_never_overwrites_the_learners_edits(tmp_path):
 
 @pytest.mark.slow  # builds a wheel, makes a virtual environment, runs two notebooks
 def test_the_wheel_alone_runs_the_course(tmp_path):
-    """Build the wheel, install it (without its dependencies: they come from this environment, read as plain
+    """Build the wheel; in a new virtual environment without kvlib, each notebook's first cell says the command that
+    installs it; install the wheel (without its dependencies: they come from this environment, read as plain
     folders, so no checkout and no editable install is on the path) into a new virtual environment, copy the
     course with `kvlib lab --copy-only`, and run notebooks 01 and 05 there as a learner's Run All does."""
     wheels = tmp_path / "wheels"
@@ -55,6 +56,13 @@ def test_the_wheel_alone_runs_the_course(tmp_path):
                           capture_output=True, text=True, check=True).stdout.strip()
     ours = [p for p in sys.path if p.endswith("site-packages")]  # this environment's packages, as plain folders:
     Path(site, "deps.pth").write_text("\n".join(ours) + "\n")  # their .pth files (the editable kvlib) stay unread
+    for notebook in sorted(REPO.glob("notebooks/**/*.ipynb")):  # before kvlib is there: each first cell says how
+        first = next(c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code")
+        missing = subprocess.run([str(python), "-c", "".join(first["source"])], capture_output=True, text=True,
+                                 cwd=tmp_path)
+        assert missing.returncode == 1 and missing.stderr.strip().splitlines()[-1] == (
+            "ModuleNotFoundError: kvlib is not installed in this kernel: run  %pip install kvlib  in a cell (or "
+            "%pip install the kvlib wheel your teacher gives), then restart the kernel"), (notebook, missing.stderr)
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(next(wheels.iterdir()))],
                    check=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KVLIB_MODEL")}
