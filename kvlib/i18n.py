@@ -257,10 +257,10 @@ TEXT = {
     "cache.summary_step": {"en": "step {step}: fed {fed} token(s), holds {held} ({last} last): {nbytes} bytes",
                            "zh": "第 {step} 步：送进 {fed} 个 token，缓存里一共 {held} 个（最后一个是 {last}）：{nbytes} 字节"},
     "cache.row": {"en": "{q} · position {t} · layer {l}", "zh": "{q} · 位置 {t} · 第 {l} 层"},
-    "cache.row_bytes": {"en": "its K and V rows here: 2 × {nkv} KV heads × {hs} numbers × {b} bytes = {total} bytes",
+    "cache.row_bytes": {"en": "its K and V rows here: 2 × {nkv} K/V heads × {hs} numbers × {b} bytes = {total} bytes",
                         "zh": "它在这一层的 K、V 两行：2 × {nkv} 个 KV 头 × {hs} 个数 × {b} 字节 = {total} 字节"},
-    "cache.k_nums": {"en": "K, KV head 0, dims 0–{last}: {nums}", "zh": "K，第 0 个 KV 头，第 0–{last} 维：{nums}"},
-    "cache.v_nums": {"en": "V, KV head 0, dims 0–{last}: {nums}", "zh": "V，第 0 个 KV 头，第 0–{last} 维：{nums}"},
+    "cache.k_nums": {"en": "K, K/V head 0, dims 0–{last}: {nums}", "zh": "K，第 0 个 KV 头，第 0–{last} 维：{nums}"},
+    "cache.v_nums": {"en": "V, K/V head 0, dims 0–{last}: {nums}", "zh": "V，第 0 个 KV 头，第 0–{last} 维：{nums}"},
     "cache.token": {"en": "token", "zh": "token"},
     "cache.bytes": {"en": "bytes", "zh": "字节"},
     "cache.tokname": {"en": "{q} · position {t}", "zh": "{q} · 位置 {t}"},
@@ -291,7 +291,7 @@ TEXT = {
                            "V row and now holds {n}. The {old} rows already there are read, not recomputed.",
                      "zh": "第 {s} 步：只送进一个 token，{q}；它走过全部 {layers} 层，每层添上 1 行 K、1 行 V，"
                            "现在各有 {n} 行。原有的 {old} 行只读不算。"},
-    "cache.formula": {"en": "{n} tokens × 2 (K and V) × {layers} layers × {nkv} KV heads × {hs} numbers × {b} bytes "
+    "cache.formula": {"en": "{n} tokens × 2 (K and V) × {layers} layers × {nkv} K/V heads × {hs} numbers × {b} bytes "
                             "= {formula} bytes; cache.nbytes, measured: ",
                       "zh": "{n} 个 token × 2（K 和 V）× {layers} 层 × {nkv} 个 KV 头 × {hs} 个数 × {b} 字节 "
                             "= {formula} 字节；实测 cache.nbytes："},

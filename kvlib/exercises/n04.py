@@ -4,7 +4,7 @@ from .. import attention
 from ..trace import Trace
 
 SHORT, KING = "The king is", "The king is dead, long live the"  # the notebook's running example
-LINE = "To be, or not to be, that is the"  # notebook 1's: a text the learner has not seen in notebook 4's heads
+LINE = "To be, or not to be, that is the"  # Hamlet's line: a text the learner has not seen in notebook 4's heads
 PREVIOUS_TOKEN_HEAD = 16, 0  # SmolLM2's (layer, head) whose every row weighs the token just before it most, on
 #                              every text tried: KING, LINE, "Mary had a little lamb, ...", "The capital of France is"...
 
