@@ -419,7 +419,9 @@ def memory_of(client):  # -> (private MB, resident MB) of the kernel behind clie
 
 def report_room(measured, machine_gb=24):
     private = max(p for p, _ in measured)
+    shared = max(r - p for p, r in measured)  # the weights' and libraries' pages: once for the whole room
     print(f"{len(measured)} learner kernels alive together after notebook 5 with SmolLM2: private memory "
           + ", ".join(f"{p:.0f} MB" for p, _ in measured) + " (resident " + ", ".join(f"{r:.0f}" for _, r in measured)
-          + f" MB, the weights file's pages counted in each). At {private:.0f} MB each, a {machine_gb} GB machine holds "
-          f"about {machine_gb * 1024 // private:.0f} learners (the weights once, plus the system's own needs aside).")
+          + f" MB, the {shared:.0f} MB of shared pages counted in each). At {private:.0f} MB each and the shared pages "
+          f"once, a {machine_gb} GB machine holds about {(machine_gb * 1024 - shared) // private:.0f} learners, before "
+          f"the system's own needs.")

@@ -42,8 +42,8 @@ c.Spawner.cmd = ["/bin/sh", "-c", f'"{bin_dir}/kvlib" lab "$HOME/kvlib-course" -
 c.Spawner.notebook_dir = "~/kvlib-course"
 c.Spawner.default_url = "/lab/tree/01_generation_loop.ipynb"
 # MALLOC_MMAP_THRESHOLD_: a tensor over 128 kB gets its own mapping, returned to the system when freed (glibc's
-# moving threshold otherwise keeps freed tensors in the heap: measured 0.50 GB private in a kernel after
-# notebook 5 without it, 0.37 GB with it)
+# moving threshold otherwise keeps freed tensors in the heap: measured, a kernel after notebook 5 kept 0.13 GB
+# more private memory without it)
 c.Spawner.environment = {"KVLIB_HOME": str(room / "kvlib-home"), "OMP_WAIT_POLICY": "PASSIVE",
                          "MALLOC_MMAP_THRESHOLD_": "131072", "PATH": f"{bin_dir}:/usr/bin:/bin"}
 c.Spawner.http_timeout = 120  # a 2-core machine starting thirty servers at once is slow to answer
