@@ -75,9 +75,13 @@ def pick(model, gen, logits, rules):  # logits [V] -> the next token, appended t
         gen.stop, gen.stop_args = "max_new_tokens", {"n": rules.max_new_tokens}
     elif rules.stop_at_eos and token == model.eos_token_id:
         gen.stop = "eos"
-    elif len(gen.prompt_ids) + len(gen.ids) >= model.config.n_ctx:
+    elif not fits(model, len(gen.prompt_ids) + len(gen.ids) + 1):  # the context is full: no room for one more
         gen.stop, gen.stop_args = "context", {"model": model.name, "n": model.config.n_ctx}
     return token
+
+
+def fits(model, n_tokens):  # the one check that a sequence of n tokens fits the model's context
+    return n_tokens <= model.config.n_ctx
 
 
 def check_sampling(max_new_tokens, temperature, top_k, top_p):
