@@ -153,10 +153,11 @@ class PagedKVCache:
             if seq.hits:
                 seq.blocks = self.pool.lookup([key for key, _, _ in blocks[seq.hits - 1]], tenant)
                 seq.length = spans[seq.hits - 1][1]
-            plan = {}  # the blocks of the spans not read, each after its parent
+            plan = {}  # the blocks of the spans not read that the index lacks, each after its parent
             for chain in blocks[seq.hits:]:
                 for i, (key, start, end) in enumerate(chain):
-                    plan.setdefault(key, (key, start, end, chain[i - 1][0] if i else None))
+                    if key not in self.pool.index:
+                        plan.setdefault(key, (key, start, end, chain[i - 1][0] if i else None))
             seq.plan = sorted(plan.values(), key=lambda p: p[2])
         seq.reused = seq.length
         return seq.id

@@ -262,8 +262,9 @@ def calls(model, run):
             cells[s.slot] = (i, "decode" if n == 1 and d.seq.length > len(d.gen.prompt_ids) else "prefill")
             if d.seq.length == len(d.gen.prompt_ids) + len(d.gen.ids) - 1:  # it read everything: it picked a token
                 s.first = k if s.first is None else s.first
-            if any(d is f for f in record.finished):
-                s.last, slots[s.slot] = k, None
+        for d in record.finished:  # it leaves its slot after the step
+            s = run.served[who[id(d)]]
+            s.last, slots[s.slot] = k, None
         run.steps.append(Step(cells, seconds, batch.cache.pool.in_use, batch.cache.pool.cached))
         yield batch.cache
         mark = time.perf_counter()
