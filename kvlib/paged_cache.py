@@ -3,34 +3,25 @@
 The KV memory is one pool of fixed-size blocks per layer (`block_size` tokens each), handed out
 by a `BlockPool` (blocks.py). Every sequence has a block table, the list of blocks that hold its
 tokens in order, wherever they lie: a sequence takes a block only when its last one is full, and
-gives its blocks back when it ends. Sequences that begin alike (one system prompt, many users)
-hold the same blocks, counted by reference; the first to write into a shared block that is not
-full copies it first (copy-on-write), so nobody's tokens change under another's feet. Kwon et
-al., "Efficient Memory Management for Large Language Model Serving with PagedAttention" (SOSP 2023).
+gives its blocks back when it ends. Sequences that begin alike hold the same blocks, counted by
+reference; the first to write into a shared block that is not full copies it first (copy-on-write).
+Kwon et al., "Efficient Memory Management for Large Language Model Serving with PagedAttention" (2023).
 
-Prefix caching (vLLM's automatic prefix caching): a sequence added with the prompt it will be fed
-starts from the deepest of its prompt's spans (by default its full blocks, `blocks.prompt_spans`)
-whose blocks the pool's index holds, by reference, whether their first sequence is still running or
-has ended (the index keeps unheld blocks until their memory is needed), and only the rest is fed.
-`file` is the one filing path: after each forward call (the step's postprocess) the blocks of the
-sequence's other spans that are now written go into the index under the hash of their tenant and
-whole prefix, within the cache's `max_bytes`. A full block is never written again, so it is shared
-without a copy; a span that ends inside a block (a PromptCache's mark) is filed as a copy of its
-part, and whoever reads it copies it again before writing past it, as a shared block is copied. A
-PromptCache (prompt_cache.py) is a policy over one such cache: it says which spans a prompt has,
-and lets the pool grow (`grow=True`) for what its running requests hold rather than evict or refuse.
+Prefix caching (vLLM's automatic prefix caching): a sequence added with its prompt starts from the
+deepest of the prompt's spans (by default its full blocks, `blocks.prompt_spans`) whose blocks the
+pool's index holds, by reference, and only the rest is fed. `file` is the one filing path: after each
+forward call (the step's postprocess) the blocks of its other spans now written go into the index
+under the hash of their tenant and whole prefix, within `max_bytes`. A span that ends inside a block
+(a PromptCache's mark) is filed as a copy of its part, copied again by whoever writes past it. A
+PromptCache (prompt_cache.py) says which spans a prompt has, and lets the pool grow (`grow=True`).
 
-The forward pass does not know it serves a batch. A call's new tokens are the rows of every
-sequence the caller `schedule`s, one after another (packed, no padding); the matmuls treat rows
-alike, so each weight matrix is read once for all of them. Only attention must keep users
-apart, and here each sequence attends to its own tokens only, as vLLM's kernel reads each row's
-blocks through its table: `admit` sorts the scheduled sequences into `Group`s (those with as many
-new tokens and as many tokens in all attend alike) and hands the forward pass, in place of one mask,
-the `Groups`: per group its rows, its sequences' pool slots and one mask over a sequence's own
-tokens. Each layer's `append` then returns, per group, the K and V gathered through the block
-tables, [b, nkv, length, hs] (a lone sequence whose blocks lie one after another, as a prompt-cache
-hit's often do, is read as one slice of the pool, not copied): no other sequence's slot is read,
-so a step's attention costs what the scheduled sequences hold, whatever else the pool keeps.
+The forward pass does not know it serves a batch. A call's new tokens are the rows of every sequence
+the caller `schedule`s, packed; the matmuls treat rows alike. Only attention keeps users apart: `admit`
+sorts the scheduled sequences into `Group`s (as many new tokens and tokens in all attend alike) and
+hands the forward pass, in place of a mask, the `Groups`: per group its rows, its sequences' pool slots
+and one mask over a sequence's own tokens. Each layer's `append` returns per group the K and V
+gathered through the block tables, [b, nkv, length, hs] (a lone sequence whose blocks lie in a row is
+one slice of the pool): no other sequence's slot is read, as vLLM's kernel reads each row's blocks.
 `gpt2.fused_attention`, which both families call, attends group by group (`gpt2.attend_groups`).
 """
 

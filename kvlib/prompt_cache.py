@@ -1,40 +1,31 @@
 """Prompt caching across requests, as providers do it: a shared prefix's K and V are kept
 and reused by later requests, so only the new part of a prompt goes through the model.
 
-A policy over one pool of blocks. What a PromptCache stores are the blocks of one PagedKVCache
-(paged_cache.py, blocks.py), as vLLM's automatic prefix caching is its block manager: each block is
-filed in the pool's index under a hash of its tenant and every token from the prompt's start to the
-block's end. A request is a sequence that batching.step serves on that cache, through its one loop
-(`batching.steps`), as a server's are: it starts from the blocks of its longest cached prefix, held by
-reference from the index (the pool's own memory, never a copy), its prompt's other blocks are filed by
-the step as they are written (`PagedKVCache.file`, the one filing path), and `answer` picks and stops
-as `generate` does. When it ends it lets go: filed blocks stay in the index, unheld, until the pool's
-one eviction rule or their TTL takes them; the others go free. The policy adds only what a provider
-decides: which spans a prompt has, tenants, TTL, the budget, and the receipt.
+A policy over one pool of blocks, as vLLM's automatic prefix caching is its block manager: what a
+PromptCache stores are the blocks of one PagedKVCache (paged_cache.py, blocks.py), each filed in the
+pool's index under a hash of its tenant and every token from the prompt's start to the block's end. A
+request is a sequence that batching.step serves on that cache through its one loop, as a server's
+are: it starts from the blocks of its longest cached prefix, held by reference (never a copy), its
+prompt's other blocks are filed as the step writes them (`PagedKVCache.file`), and `answer` picks and
+stops as `generate` does. When it ends it lets go: filed blocks stay in the index, unheld, until the
+pool's one eviction rule or their TTL takes them; the others go free.
 
-What the policy decides:
+What the policy decides, and nothing else:
 - Which prefixes a prompt may hit or write (`spans`), in the two big providers' modes.
-  "automatic" (OpenAI): every prompt is cut into full blocks of `block_size` tokens by itself, so
-  hits come in steps of a block (128 tokens there). Prompts shorter than `min_tokens` are not cached
-  at all, and a hit shorter than it counts for nothing (OpenAI: from 1,024 tokens, then 1,152...).
+  "automatic" (OpenAI): every prompt is cut into full blocks of `block_size` tokens, so hits come in
+  steps of a block (128 tokens there). Prompts shorter than `min_tokens` are not cached, and a hit
+  shorter than it counts for nothing (OpenAI: from 1,024 tokens, then 1,152...).
   "explicit" (Anthropic): nothing is cached unless the request marks where a cacheable prefix ends
-  (its `cache_control` marker, here a token count, up to 4 per request), if the prefix holds at least
-  `min_tokens`. A mark may end inside a block: the full blocks before it are filed as in automatic
-  mode, and the tokens from the last block boundary to the mark are copied into a block of their own
-  (the request's block goes on with tokens of another prefix), filed under the key of the exact
-  prefix to the mark. A request that hits it holds it, and copies it before writing its own next
-  token (copy-on-write of a filed block, paged_cache.py). A hit counts only at one of the request's
-  own marks whose blocks are all filed, however another request cut the prefix; a receipt counts
-  the marked tokens exactly.
-- The budget. `max_bytes` counts blocks of the pool (a block's K and V in every layer, as the pool's
-  tensors hold them): before a block is filed, room is made by the pool's one eviction rule (an unheld
-  leaf, least recently used first, so no live request loses a block and no prefix has a hole), or
-  the filing stops; so the bytes filed never exceed the budget (the cache's `max_bytes`). A running
-  request is not bound by it: the pool grows for what it holds (a server's working memory), and what
-  it computed beyond what is filed goes free when it ends. max_bytes=None files everything.
+  (its `cache_control` marker, here a token count, up to 4 per request) with at least `min_tokens`
+  before it. A mark may end inside a block: the full blocks before it are filed as in automatic mode,
+  and its part of the last block is copied into a block of its own, filed under the key of the exact
+  prefix; a request that hits it copies it before writing past the mark. A hit counts only at one of
+  the request's own marks whose blocks are all filed; a receipt counts the marked tokens exactly.
+- The budget. `max_bytes` counts blocks of the pool: before a block is filed, the cache makes room by
+  the pool's one eviction rule (an unheld leaf, least recently used first), or the filing stops. A
+  running request is not bound by it: the pool grows for what it holds. max_bytes=None files everything.
 - Time. Entries expire `ttl_seconds` after their last use (checked at each lookup, or by expire()).
-  A request lets go of its blocks last block first, so a prefix's first blocks are used most recently
-  and a parent never expires before its children.
+  A request lets go of its blocks last block first, so a parent never expires before its children.
 - Tenants never share blocks unless `share_across_tenants=True`, which exists to show why providers
   should not do that (notebook 6 and `kvlib.leak`: time to first token leaks other tenants' prompts).
 """
@@ -46,7 +37,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import blocks
 from .batching import Batch, Decoding, steps
 from .blocks import ManualClock, block_keys, full_spans, prompt_spans  # noqa: F401 (ManualClock: PromptCache(clock=...))
 from .errors import KVLibError, check_count, is_count, is_number
@@ -168,9 +158,6 @@ class PromptCache:
     def block_keys(self, ids, tenant, spans):
         """The hash of every span's whole prefix and tenant (blocks.block_keys, the pool's keys too)."""
         return block_keys(ids, tenant, spans, shared=self.share_across_tenants)
-
-    def chains(self, ids, tenant, spans):  # per span, the pool blocks that hold its prefix (blocks.chains)
-        return blocks.chains(ids, tenant, spans, self.block_size, self.share_across_tenants)
 
     def prefill(self, prompt, tenant="default", cache_control=None):
         """Run a prompt through the model, reading and writing cached blocks; returns a Prefill.

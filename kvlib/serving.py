@@ -1,52 +1,34 @@
 """Serving a stream of requests on one model: static against continuous batching, and a shared
 system prompt held once. Real forward passes on a paged cache (paged_cache.py), timed by the wall clock.
 
-A server decodes many requests together, so each weight matrix read serves every row of the batch
-(batching.py). How it fills the batch decides what that buys:
-
-- static batching takes up to `max_batch` waiting requests, runs them until the last of them is done,
-  then takes the next batch. A request that finishes early leaves its slot idle until the longest
-  one ends, and every request behind the batch waits for all of it.
-- continuous batching (Yu et al., "Orca", OSDI 2022; vLLM's scheduler) decides again at every step:
-  a finished request leaves, and a waiting one joins at the next step, with its prefill call; from
-  the step after, it decodes with the others.
-
-Both run batching.step, one forward call a step, through its one loop (batching.steps); only the rule
-for when waiting requests may join differs (`Batch.static`). In a step each request that joins is
-prefilled (its prompt in the call gives its first token) beside one decode row for every request
-already running, so every occupied slot makes exactly one token a step. A request joins while the
+A server decodes many requests together, so each weight matrix read serves every row of the batch.
+Static batching takes up to `max_batch` waiting requests and runs them until the last is done (a
+request that finishes early leaves its slot idle); continuous batching (Yu et al., "Orca", OSDI 2022;
+vLLM's scheduler) lets a waiting request join at the next step after one leaves. Both run
+batching.step through its one loop (batching.steps), one forward call a step; only when waiting
+requests may join differs (`Batch.static`). A joining request is prefilled (its first token) beside one
+decode row for every running one, so every occupied slot makes one token a step. It joins while the
 blocks for its prompt are free, nothing reserved for its answer; when a running request's next token
-finds no free block, the most recently admitted one is preempted: its blocks go free and it waits in
-front, to be prefilled again, prompt and answer so far (`Served.preempted` counts how often; what it
-costs shows in steps and in tokens fed, `ServingRun.tokens_fed`). With `step_tokens`, a step feeds at
-most that many tokens, decodes first: a long prompt is prefilled in chunks, steps that decodes share.
+finds no free block, the most recently admitted is preempted and prefilled again later (what that
+costs: `Served.preempted`, steps, `ServingRun.tokens_fed`). With `step_tokens`, a step feeds at most that
+many tokens, decodes first: a long prompt is prefilled in chunks, in steps that decodes share.
 
-Prefix caching (on by default, vLLM's automatic prefix caching): each request's prompt is looked up
-in the pool's index (blocks.py), so a request whose prompt starts as an earlier one's did (a system
-prompt, a conversation sent again) holds those full blocks by reference and its prefill computes
-only the rest; `Served.reused` counts the tokens it read. Blocks the index keeps for requests that
-have ended count as free for admission: the pool evicts them when it needs their memory, and a
-running request holds every block of its prefix, so none of them can be in the way. The answers are
-the same with and without it (greedy): the same K and V, read instead of computed. A server's cache
-outlives the requests that filled it, so the run ends with the index still holding what it kept
-(`ServingRun.blocks_cached`): every block the run allocated is then freed, kept by the index, or (a
-leak) still in use.
+Prefix caching (on by default, vLLM's automatic prefix caching): a prompt that starts as an earlier one
+did (a system prompt, a conversation sent again) holds those full blocks from the pool's index and its
+prefill computes only the rest (`Served.reused`); the answers are the same (greedy). Blocks the index
+keeps count as free for admission: the pool evicts them when it needs their memory. A server's cache
+outlives its requests: the run ends with the index holding what it kept (`blocks_cached`), every block
+allocated then freed, kept, or (a leak) still in use.
 
-The stream arrives all at once, at time 0 (a burst, as a benchmark replays one): time to first token
-and latency are then measured from the start, and which request runs when depends on the seed alone,
-never on how fast a step happened to run on a busy machine: so both are counted in steps too
-(`steps_to_first_token`, `steps_to_last_token`), which no clock changes. As in vLLM's benchmark
-(ignore_eos), each request produces exactly its drawn answer length: the end-of-text token does not
-stop it.
+The stream arrives at time 0 (a burst, as a benchmark replays one), so which request runs when depends
+on the seed alone: time to first token and latency are counted in steps too (`steps_to_first_token`,
+`steps_to_last_token`), which no clock changes. As in vLLM's benchmark (ignore_eos), each request makes
+exactly its drawn answer length.
 
-A shared system prompt: N users whose prompts begin with the same s tokens can hold those tokens' blocks
-once (prefilled once, then `PagedKVCache.add(prefix_of=...)` per user). With blocks of b tokens and user
-i holding h_i tokens in all (system prompt included):
-    without sharing: sum_i ceil(h_i / b) blocks
-    with sharing:    ceil(s / b) + sum_i (ceil(h_i / b) - floor(s / b))
-The system prompt keeps its ceil(s / b) blocks (a server keeps it for the next user), the floor(s / b)
-full ones are read by every user, and when s is not a multiple of b each user copies the partly filled
-last system block before writing into it (copy-on-write), so that block is counted once per user too.
+A shared system prompt of s tokens, prefilled once and held by N users (`add(prefix_of=...)`), user i
+holding h_i tokens in all, in blocks of b: sum_i ceil(h_i / b) blocks without sharing; with it
+ceil(s / b) + sum_i (ceil(h_i / b) - floor(s / b)): the system prompt keeps its blocks, its full ones are
+read by every user, and a partly filled last one is copied by each user before writing (copy-on-write).
 """
 
 import itertools

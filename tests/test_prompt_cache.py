@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvlib
+from kvlib.blocks import chains
 from kvlib.paged_cache import blocks_for
 
 from bounds import assert_logits_close
@@ -530,7 +531,7 @@ def test_a_marked_prefix_ending_inside_a_block_is_copied_before_anyone_writes_pa
     writer = pc.prefill(prefix + ids(9, 4), cache_control=20)
     pool = pc.cache.pool
     assert writer.receipt.written_tokens == 20 and len(pool.index) == 2
-    full, part = (pool.index[k] for k, _, _ in pc.chains(prefix + [0], "default", [(0, 20)])[0])
+    full, part = (pool.index[k] for k, _, _ in chains(prefix + [0], "default", [(0, 20)], pc.block_size)[0])
     assert writer.table[0] == full and part not in writer.table  # the part is a copy, the full block the writer's own
     stored = stored_blocks(pc)
     reader = pc.prefill(prefix + ids(6, 5), cache_control=20)
