@@ -163,7 +163,7 @@ def request_stream(model, n, seed=0, scale=0.1, max_len=None):
     token ids of the model's vocabulary (measure.random_ids), the same for the same seed."""
     if max_len is None:
         max_len = model.config.n_ctx
-    if max_len > model.config.n_ctx:  # request_lengths checks the rest
+    if not fits(model, max_len):  # request_lengths checks the rest
         raise KVLibError(f"max_len {max_len} is past {model.name}'s context of {model.config.n_ctx}")
     lengths = request_lengths(n, seed, max_len, scale)
     return [Request(label(i), random_ids(model, p, seed=seed * 100_003 + i), a) for i, (p, a) in enumerate(lengths)]
@@ -319,8 +319,8 @@ CACHING = {"prefix caching": True, "no prefix caching": False}
 
 def caching_side_by_side(model, requests, policy="continuous", max_batch=4, block_size=16, n_blocks=None, repeats=3):
     """The same requests served with and without prefix caching, taking turns (taking_turns); -> {"prefix
-    caching": run, "no prefix caching": run}. Admission does not depend on the index, so both run one schedule:
-    only what each prefill computes differs."""
+    caching": run, "no prefix caching": run}. With the index, a prompt whose next block another prompt is computing
+    in the same step waits a step to read it (batching.schedule), so the schedules may differ by such waits."""
     return taking_turns(model, requests, {name: dict(policy=policy, prefix_caching=on) for name, on in CACHING.items()},
                         max_batch, block_size, n_blocks, repeats)
 
