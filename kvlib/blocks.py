@@ -84,6 +84,20 @@ def full_spans(n_tokens, block_size):  # (start, end) of each full block n token
     return [(end - block_size, end) for end in range(block_size, n_tokens + 1, block_size)]
 
 
+def prompt_spans(n_tokens, block_size):  # the full blocks of a prompt of n tokens that a later prompt may read
+    return full_spans(n_tokens - 1, block_size)  # never its last token: its logits pick the first answer token
+
+
+def chains(ids, tenant, spans, block_size, shared=False):
+    """Per span (a prefix the prompt may read from the index or file there), the blocks that hold it,
+    [(key, start, end)]: its full blocks, then (a span ending inside a block: a PromptCache's mark) the part up
+    to its end, keyed by the span's own prefix (a prefix's key does not depend on where it was cut)."""
+    full = block_keys(ids, tenant, full_spans(spans[-1][1], block_size), shared) if spans else []
+    return [[(key, j * block_size, (j + 1) * block_size) for j, key in enumerate(full[:end // block_size])]
+            + ([(key, end // block_size * block_size, end)] if end % block_size else [])
+            for (_, end), key in zip(spans, block_keys(ids, tenant, spans, shared))]
+
+
 @dataclass
 class Entry:  # what the index knows of a block filed in it
     key: bytes

@@ -66,7 +66,7 @@ class Rules:  # how one sequence picks its tokens and when it stops: what pick r
 
 
 def pick(model, gen, logits, rules):  # logits [V] -> the next token, appended to gen.ids
-    """The one place kvlib picks a token and the one set of stop rules: generate's loop and batching.advance call
+    """The one place kvlib picks a token and the one set of stop rules: generate's loop and batching.postprocess call
     it. gen.stop names the rule that ends the sequence with this token (a code of STOPS), or stays "" while it
     goes on; gen.stop_reason says it in words."""
     token = sample(logits, rules.temperature, rules.top_k, rules.top_p, rules.generator)
@@ -75,9 +75,13 @@ def pick(model, gen, logits, rules):  # logits [V] -> the next token, appended t
         gen.stop, gen.stop_args = "max_new_tokens", {"n": rules.max_new_tokens}
     elif rules.stop_at_eos and token == model.eos_token_id:
         gen.stop = "eos"
-    elif len(gen.prompt_ids) + len(gen.ids) >= model.config.n_ctx:
+    elif not fits(model, len(gen.prompt_ids) + len(gen.ids) + 1):  # the context is full: no room for one more
         gen.stop, gen.stop_args = "context", {"model": model.name, "n": model.config.n_ctx}
     return token
+
+
+def fits(model, n_tokens):  # the one check that a sequence of n tokens fits the model's context
+    return n_tokens <= model.config.n_ctx
 
 
 def check_sampling(max_new_tokens, temperature, top_k, top_p):
@@ -101,7 +105,7 @@ def generate(model, prompt, max_new_tokens=20, use_cache=True, temperature=0.0, 
 
     Stops after max_new_tokens, at the end-of-text token, or when the context is full (gen.stop says which, as
     a code; gen.stop_reason in words). The decode loop of one sequence on a KVCache (the views use it): it picks
-    and stops through pick, as batching.advance does for sequences on a paged cache (PromptCache.answer's among them)."""
+    and stops through pick, as batching.step does for sequences on a paged cache (PromptCache.answer's among them)."""
     check_sampling(max_new_tokens, temperature, top_k, top_p)
     prompt_ids = model.check_ids(prompt).tolist()
     generator = torch.Generator().manual_seed(seed) if seed is not None else None

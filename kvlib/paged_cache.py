@@ -3,33 +3,25 @@
 The KV memory is one pool of fixed-size blocks per layer (`block_size` tokens each), handed out
 by a `BlockPool` (blocks.py). Every sequence has a block table, the list of blocks that hold its
 tokens in order, wherever they lie: a sequence takes a block only when its last one is full, and
-gives its blocks back when it ends. Sequences that begin alike (one system prompt, many users)
-hold the same blocks, counted by reference; the first to write into a shared block that is not
-full copies it first (copy-on-write), so nobody's tokens change under another's feet. Kwon et
-al., "Efficient Memory Management for Large Language Model Serving with PagedAttention" (SOSP 2023).
+gives its blocks back when it ends. Sequences that begin alike hold the same blocks, counted by
+reference; the first to write into a shared block that is not full copies it first (copy-on-write).
+Kwon et al., "Efficient Memory Management for Large Language Model Serving with PagedAttention" (2023).
 
-Prefix caching (vLLM's automatic prefix caching): a sequence added with the prompt it will be fed
-files each of that prompt's blocks in the pool's index as it fills, under the hash of its tenant
-and whole prefix. A later prompt with the same start holds those blocks from the index, by
-reference, whether their first sequence is still running or has ended (the index keeps unheld
-blocks until their memory is needed), and only the rest of it is fed. A full block is never
-written again, so it is shared without a copy; a filed block that is not full (a PromptCache's
-prefix marked inside a block) is copied before anyone writes into it, as a shared one is. This is
-the one pool of kvlib: a PromptCache (prompt_cache.py) is a policy over one such cache, which it
-adds its requests to with their hit (`add(hit=...)`), files their blocks itself, and lets grow
-(`grow=True`) for what its running requests hold rather than evict or refuse.
+Prefix caching (vLLM's automatic prefix caching): a sequence added with its prompt starts from the
+deepest of the prompt's spans (by default its full blocks, `blocks.prompt_spans`) whose blocks the
+pool's index holds, by reference, and only the rest is fed. `file` is the one filing path: after each
+forward call (the step's postprocess) the blocks of its other spans now written go into the index
+under the hash of their tenant and whole prefix, within `max_bytes`. A span that ends inside a block
+(a PromptCache's mark) is filed as a copy of its part, copied again by whoever writes past it. A
+PromptCache (prompt_cache.py) says which spans a prompt has, and lets the pool grow (`grow=True`).
 
-The forward pass does not know it serves a batch. A call's new tokens are the rows of every
-sequence the caller `schedule`s, one after another (packed, no padding); the matmuls treat rows
-alike, so each weight matrix is read once for all of them. Only attention must keep users
-apart, and here each sequence attends to its own tokens only, as vLLM's kernel reads each row's
-blocks through its table: `admit` sorts the scheduled sequences into `Group`s (those with as many
-new tokens and as many tokens in all attend alike) and hands the forward pass, in place of one mask,
-the `Groups`: per group its rows, its sequences' pool slots and one mask over a sequence's own
-tokens. Each layer's `append` then returns, per group, the K and V gathered through the block
-tables, [b, nkv, length, hs] (a lone sequence whose blocks lie one after another, as a prompt-cache
-hit's often do, is read as one slice of the pool, not copied): no other sequence's slot is read,
-so a step's attention costs what the scheduled sequences hold, whatever else the pool keeps.
+The forward pass does not know it serves a batch. A call's new tokens are the rows of every sequence
+the caller `schedule`s, packed; the matmuls treat rows alike. Only attention keeps users apart: `admit`
+sorts the scheduled sequences into `Group`s (as many new tokens and tokens in all attend alike) and
+hands the forward pass, in place of a mask, the `Groups`: per group its rows, its sequences' pool slots
+and one mask over a sequence's own tokens. Each layer's `append` returns per group the K and V
+gathered through the block tables, [b, nkv, length, hs] (a lone sequence whose blocks lie in a row is
+one slice of the pool): no other sequence's slot is read, as vLLM's kernel reads each row's blocks.
 `gpt2.fused_attention`, which both families call, attends group by group (`gpt2.attend_groups`).
 """
 
@@ -37,7 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .blocks import BlockPool, block_keys, full_spans
+from .blocks import BlockPool, chains, prompt_spans
 from .errors import KVLibError, check_count, is_count
 from .kv_cache import causal_mask, only_causal
 
@@ -48,12 +40,14 @@ def blocks_for(n_tokens, block_size):  # whole blocks that hold n tokens: only t
 
 @dataclass
 class Sequence:
+    id: int
+    tenant: str
     blocks: list = field(default_factory=list)  # its block table: block ids, in token order
     length: int = 0                             # tokens held; token t sits in blocks[t // block_size]
     reused: int = 0                             # tokens it started with, its blocks shared: a cached prefix or prefix_of's
-    tenant: str = None
-    keys: list = field(default_factory=list)    # keys of its prompt's full blocks (add's prompt_ids), in order
-    filed: int = 0                              # of its blocks, those in the index (its first `filed`)
+    hits: int = 0                               # of its spans, those read from the index (the first `hits`)
+    plan: list = field(default_factory=list)    # [(key, start, end, parent key)] of the blocks still to file, by end
+    filed: set = field(default_factory=set)     # keys it filed itself (a receipt's "written")
 
 
 @dataclass
@@ -107,11 +101,12 @@ class PagedKVCache:
     """Many sequences' K and V in one pool of blocks per layer. The caller adds sequences, says which
     get how many new tokens in the next forward call (`schedule`), and releases them when done."""
 
-    def __init__(self, n_layer, n_blocks, block_size=16, ttl_seconds=None, clock=None, grow=False):
+    def __init__(self, n_layer, n_blocks, block_size=16, ttl_seconds=None, clock=None, grow=False, max_bytes=None):
         """grow=True: a call that needs more blocks than are free grows the pool (at least doubling it) rather
-        than evict cached blocks or refuse (a PromptCache's pool: its budget decides what stays cached)."""
+        than evict cached blocks or refuse (a PromptCache's pool). max_bytes: the index files blocks up to these
+        bytes of K and V, evicting by the pool's rule to make room (None: no limit but the pool's size)."""
         check_count(block_size, "block_size (tokens per block)")
-        self.block_size, self.n_blocks, self.growable = block_size, n_blocks, grow
+        self.block_size, self.n_blocks, self.growable, self.max_bytes = block_size, n_blocks, grow, max_bytes
         self.pool = BlockPool(n_blocks, ttl_seconds, clock)
         self.layers = [PagedLayer(self) for _ in range(n_layer)]
         self.sequences = {}  # id -> Sequence
@@ -120,41 +115,43 @@ class PagedKVCache:
         self.slots = None    # [T] pool slot of each new row, set by admit
         self.groups = None   # Groups of the call's sequences, set by admit: what each row attends over
 
-    def add(self, prompt_ids=None, tenant="default", prefix_of=None, hit=None):  # -> a new sequence's id
-        """A new sequence: empty; or, given the prompt it will be fed (token ids), starting with the longest
-        prefix of it whose full blocks the index holds for its tenant; or starting with every token the live
-        sequence `prefix_of` holds; or with hit=(blocks, tokens), starting with blocks its caller took from the
-        index (BlockPool.lookup holds them once for it), which hold its first `tokens` tokens (a PromptCache's
-        hit, which may end inside its last block). Either way it shares those blocks by reference, and
-        `sequence(id).reused` says how many tokens they hold: feed it prompt_ids[reused:]. A cached prefix
-        stops before the prompt's last token, whose logits pick the first answer token."""
-        if sum(x is not None for x in (prompt_ids, prefix_of, hit)) > 1:
-            raise KVLibError("give add() one of prompt_ids (to reuse cached blocks), prefix_of (to share a live "
-                             "sequence's blocks) or hit (blocks already looked up), not several")
-        seq = Sequence(tenant=tenant)
-        if hit is not None:
-            seq.blocks, seq.length = list(hit[0]), hit[1]
-            if blocks_for(seq.length, self.block_size) != len(seq.blocks):
-                raise KVLibError(f"{seq.length} tokens fill {blocks_for(seq.length, self.block_size)} blocks of "
-                                 f"{self.block_size}, not the {len(seq.blocks)} given")
-        elif prefix_of is not None:
+    def add(self, prompt_ids=None, tenant="default", spans=None, shared=False, min_hit=0, prefix_of=None):
+        """-> a new sequence's id: empty; or holding every token the live sequence `prefix_of` holds; or, given
+        the prompt it will be fed (token ids), holding the blocks of the deepest of its `spans` (default: its full
+        blocks; [] for none) that the index holds and that is at least min_hit tokens long, and planning to file
+        the rest (shared: keys in every tenant's namespace). `sequence(id).reused` says how many tokens it holds."""
+        if prompt_ids is not None and prefix_of is not None:
+            raise KVLibError("give add() prompt_ids (to read cached blocks) or prefix_of (to share a live "
+                             "sequence's blocks), not both")
+        seq = self.sequences[self._next_id] = Sequence(self._next_id, tenant)
+        self._next_id += 1
+        if prefix_of is not None:
             parent = self.sequence(prefix_of)
             for block in parent.blocks:
                 self.pool.share(block)
             seq.blocks, seq.length = list(parent.blocks), parent.length
         elif prompt_ids is not None:
             if isinstance(prompt_ids, str) or not all(map(is_count, prompt_ids)):
+                del self.sequences[seq.id]
                 raise KVLibError(f"prompt_ids are the prompt's token ids (model.encode(text) gives them), "
                                  f"not {prompt_ids!r:.40}")
-            n, bs = len(prompt_ids), self.block_size
-            seq.keys = block_keys(list(prompt_ids), tenant, full_spans(n, bs))
-            self.pool.expire()
-            seq.blocks = self.pool.lookup(seq.keys[:(n - 1) // bs], tenant)  # blocks ending before the last token
-            seq.filed, seq.length = len(seq.blocks), len(seq.blocks) * bs
+            spans = prompt_spans(len(prompt_ids), self.block_size) if spans is None else spans
+            blocks = chains(list(prompt_ids), tenant, spans, self.block_size, shared)
+            self.pool.expire()  # what is past its TTL is not found
+            # a span's last block filed means its whole chain is: the index never has a hole
+            seq.hits = next((d + 1 for d in reversed(range(len(spans)))
+                             if spans[d][1] >= min_hit and blocks[d][-1][0] in self.pool.index), 0)
+            if seq.hits:
+                seq.blocks = self.pool.lookup([key for key, _, _ in blocks[seq.hits - 1]], tenant)
+                seq.length = spans[seq.hits - 1][1]
+            plan = {}  # the blocks of the spans not read that the index lacks, each after its parent
+            for chain in blocks[seq.hits:]:
+                for i, (key, start, end) in enumerate(chain):
+                    if key not in self.pool.index:
+                        plan.setdefault(key, (key, start, end, chain[i - 1][0] if i else None))
+            seq.plan = sorted(plan.values(), key=lambda p: p[2])
         seq.reused = seq.length
-        self.sequences[self._next_id] = seq
-        self._next_id += 1
-        return self._next_id - 1
+        return seq.id
 
     def release(self, seq_id):  # a finished sequence gives its blocks back (shared ones stay for their other holders)
         # last block first, so in the index's LRU a prefix's first blocks are the most recently used: a parent
@@ -184,10 +181,10 @@ class PagedKVCache:
             raise KVLibError(f"the forward call has {t_new} tokens but {sum(n for _, n in self.rows)} were "
                              "scheduled: call schedule([(sequence, n), ...]) before each call")
         # all or nothing: a full pool refuses the call before any sequence has taken a slot
-        need = self._blocks_needed()
+        need = self.blocks_needed(self.rows)
         if self.growable and need > len(self.pool.free):
             self.grow(max(need - len(self.pool.free), self.n_blocks))
-        if need > self.pool.available:  # cached blocks nobody holds count: the pool evicts them for room
+        if need > self.pool.available:
             self.rows = []
             raise KVLibError(f"this call needs {need} more blocks but {self.pool.available} of the pool's "
                              f"{self.n_blocks} are free: release a finished sequence, or make the pool larger "
@@ -200,7 +197,6 @@ class PagedKVCache:
                 slots.append(self._slot_for_next(seq))
                 positions.append(seq.length)
                 seq.length += 1
-            self._file(seq)  # its blocks this call fills: written by the call, before any add() can look them up
         self.groups = Groups()
         for (n, length), members in alike.items():
             rows = torch.tensor([first + i for first, _ in members for i in range(n)], device=device)
@@ -216,9 +212,13 @@ class PagedKVCache:
         self.rows = []  # each schedule serves one call
         return torch.tensor(positions, device=device), self.groups
 
-    def _blocks_needed(self):  # blocks the scheduled rows will take: _slot_for_next's choices, counted only
+    def fits(self, rows):  # can a call of these rows [(sequence id, new tokens)] have its blocks now?
+        # cached blocks nobody holds count: the pool evicts them for room; a growing pool always has room
+        return self.growable or self.blocks_needed(rows) <= self.pool.available
+
+    def blocks_needed(self, rows):  # blocks these rows will take: _slot_for_next's choices, counted only
         need, holders = 0, {}  # holders of each shared, part-full last block as the rows before copied it
-        for seq_id, n in self.rows:
+        for seq_id, n in rows:
             seq = self.sequences[seq_id]
             need += blocks_for(seq.length + n, self.block_size) - len(seq.blocks)
             if seq.length % self.block_size:
@@ -229,12 +229,41 @@ class PagedKVCache:
                     need, holders[tail] = need + 1, holders[tail] - 1
         return need
 
-    def _file(self, seq):  # put the sequence's full prompt blocks in the index, in order
-        for j in range(seq.filed, min(seq.length // self.block_size, len(seq.keys))):
-            if not self.pool.register(seq.blocks[j], seq.keys[j], seq.blocks[j - 1] if j else None, seq.tenant):
-                seq.keys = seq.keys[:j]  # another sequence filed this prefix first: the rest would hang off a block
-                return                   # the index does not hold, a hole
-            seq.filed = j + 1
+    def file(self, seq_id):
+        """Put the blocks of the sequence's spans that are now written into the pool's index, parents first: the
+        one filing path (the step's postprocess calls it after each forward call). A block whose key another
+        sequence filed first is left to go free; a span ending inside a block is filed as a copy of its part."""
+        seq, pool, bs = self.sequence(seq_id), self.pool, self.block_size
+        while seq.plan and seq.plan[0][2] <= seq.length:
+            key, start, end, parent = seq.plan.pop(0)
+            if key in pool.index:
+                continue
+            up = pool.index.get(parent)  # its parent's block: this sequence's, or one another filed first
+            if parent is not None and up is None:
+                break  # its parent was not filed (no room) or is gone: filing it would open a hole
+            if up is not None:
+                pool.share(up)  # held while its child is filed: making room cannot take it
+            room = self._room()
+            if room:
+                part = end - start < bs  # a span ending inside the block: its part is copied, the index's alone
+                block = self.copy_of(seq.blocks[start // bs]) if part else seq.blocks[start // bs]
+                pool.register(block, key, up, seq.tenant)
+                if part:
+                    pool.release(block)
+                seq.filed.add(key)
+            if up is not None:
+                pool.release(up)
+            if not room:
+                break
+        else:
+            return
+        seq.plan = []  # nothing more of its prompt is filed
+
+    def _room(self):  # -> whether one more block may be filed, after evicting (the pool's rule) down to max_bytes
+        while self.max_bytes is not None and (len(self.pool.index) + 1) * self.bytes_per_block > self.max_bytes:
+            if not self.pool.evict():
+                return False
+        return True
 
     def _slot_for_next(self, seq):  # the pool slot where the sequence's next token goes
         offset = seq.length % self.block_size

@@ -23,11 +23,11 @@ A run is a pure function of the model, the requests, the router and its seed; it
 named records (Routed, RoutingRun) for a notebook to print, plot and assert on.
 """
 
-import hashlib
 import random
 from collections import deque
 from dataclasses import dataclass
 
+from .blocks import block_keys
 from .measure import one_thread, random_ids
 from .models import KVLibError
 from .prompt_cache import ManualClock, PromptCache
@@ -71,9 +71,9 @@ class RoutingRun:
 
 
 def prefix_hash(ids, hash_tokens):
-    """A stable hash of the first `hash_tokens` ids (not Python's hash(), which changes between runs)."""
-    head = b"".join(int(i).to_bytes(4, "little") for i in ids[:hash_tokens])
-    return hashlib.blake2b(head, digest_size=8).hexdigest()
+    """A stable hash of the first `hash_tokens` ids (not Python's hash(), which changes between runs): the pool's
+    own key of that prefix (blocks.block_keys), every tenant in one namespace, as the router reads no tenant."""
+    return block_keys(ids, "default", [(0, min(hash_tokens, len(ids)))], shared=True)[0].hex()
 
 
 def simulate(model, requests, replicas, router="prefix hash", hash_tokens=16, block_size=16,

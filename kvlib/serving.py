@@ -1,60 +1,43 @@
 """Serving a stream of requests on one model: static against continuous batching, and a shared
 system prompt held once. Real forward passes on a paged cache (paged_cache.py), timed by the wall clock.
 
-A server decodes many requests together, so each weight matrix read serves every row of the batch
-(batching.py). How it fills the batch decides what that buys:
+A server decodes many requests together, so each weight matrix read serves every row of the batch.
+Static batching takes up to `max_batch` waiting requests and runs them until the last is done (a
+request that finishes early leaves its slot idle); continuous batching (Yu et al., "Orca", OSDI 2022;
+vLLM's scheduler) lets a waiting request join at the next step after one leaves. Both run
+batching.step through its one loop (batching.steps), one forward call a step; only when waiting
+requests may join differs (`Batch.static`). A joining request is prefilled (its first token) beside one
+decode row for every running one, so every occupied slot makes one token a step. It joins while the
+blocks for its prompt are free, nothing reserved for its answer; when a running request's next token
+finds no free block, the most recently admitted is preempted and prefilled again later (what that
+costs: `Served.preempted`, steps, `ServingRun.tokens_fed`). With `step_tokens`, a step feeds at most that
+many tokens, decodes first: a long prompt is prefilled in chunks, in steps that decodes share.
 
-- static batching takes up to `max_batch` waiting requests, runs them until the last of them is done,
-  then takes the next batch. A request that finishes early leaves its slot idle until the longest
-  one ends, and every request behind the batch waits for all of it.
-- continuous batching (Yu et al., "Orca", OSDI 2022; vLLM's scheduler) decides again at every step:
-  a finished request leaves, and a waiting one joins at the next step, with its prefill call; from
-  the step after, it decodes with the others.
+Prefix caching (on by default, vLLM's automatic prefix caching): a prompt that starts as an earlier one
+did (a system prompt, a conversation sent again) holds those full blocks from the pool's index and its
+prefill computes only the rest (`Served.reused`); the answers are the same (greedy). Blocks the index
+keeps count as free for admission: the pool evicts them when it needs their memory. A server's cache
+outlives its requests: the run ends with the index holding what it kept (`blocks_cached`), every block
+allocated then freed, kept, or (a leak) still in use.
 
-The loop below is one loop for both: only the rule for when waiting requests may join differs.
-A step is one turn of it: a prefill call for each request that joins (its prompt in one call gives
-its first token) and one decode call for every request already running (one token each), so every
-occupied slot makes exactly one token a step. Admission is also bounded by the pool: a request joins
-only if the blocks it will hold at its end (prompt + answer - 1 tokens; the last token is never fed)
-are free, counting what the running ones will still take. Without preemption this is what keeps the
-pool from running dry mid-answer; vLLM admits on the prompt's blocks alone and preempts (recomputes)
-a request when the pool is full.
+The stream arrives at time 0 (a burst, as a benchmark replays one), so which request runs when depends
+on the seed alone: time to first token and latency are counted in steps too (`steps_to_first_token`,
+`steps_to_last_token`), which no clock changes. As in vLLM's benchmark (ignore_eos), each request makes
+exactly its drawn answer length.
 
-Prefix caching (on by default, vLLM's automatic prefix caching): each request's prompt is looked up
-in the pool's index (blocks.py), so a request whose prompt starts as an earlier one's did (a system
-prompt, a conversation sent again) holds those full blocks by reference and its prefill computes
-only the rest; `Served.reused` counts the tokens it read. Blocks the index keeps for requests that
-have ended count as free for admission: the pool evicts them when it needs their memory, and a
-running request holds every block of its prefix, so none of them can be in the way. The answers are
-the same with and without it (greedy): the same K and V, read instead of computed. A server's cache
-outlives the requests that filled it, so the run ends with the index still holding what it kept
-(`ServingRun.blocks_cached`): every block the run allocated is then freed, kept by the index, or (a
-leak) still in use.
-
-The stream arrives all at once, at time 0 (a burst, as a benchmark replays one): time to first token
-and latency are then measured from the start, and which request runs when depends on the seed alone,
-never on how fast a step happened to run on a busy machine: so both are counted in steps too
-(`steps_to_first_token`, `steps_to_last_token`), which no clock changes. As in vLLM's benchmark
-(ignore_eos), each request produces exactly its drawn answer length: the end-of-text token does not
-stop it.
-
-A shared system prompt: N users whose prompts begin with the same s tokens can hold those tokens' blocks
-once (prefilled once, then `PagedKVCache.add(prefix_of=...)` per user). With blocks of b tokens and user
-i holding h_i tokens in all (system prompt included):
-    without sharing: sum_i ceil(h_i / b) blocks
-    with sharing:    ceil(s / b) + sum_i (ceil(h_i / b) - floor(s / b))
-The system prompt keeps its ceil(s / b) blocks (a server keeps it for the next user), the floor(s / b)
-full ones are read by every user, and when s is not a multiple of b each user copies the partly filled
-last system block before writing into it (copy-on-write), so that block is counted once per user too.
+A shared system prompt of s tokens, prefilled once and held by N users (`add(prefix_of=...)`), user i
+holding h_i tokens in all, in blocks of b: sum_i ceil(h_i / b) blocks without sharing; with it
+ceil(s / b) + sum_i (ceil(h_i / b) - floor(s / b)): the system prompt keeps its blocks, its full ones are
+read by every user, and a partly filled last one is copied by each user before writing (copy-on-write).
 """
 
+import itertools
 import time
-from collections import deque
 from dataclasses import dataclass, field, replace
 
-from .batching import Decoding, advance, forward_rows, prompt_list
+from .batching import Batch, Decoding, forward_rows, prompt_list, steps
 from .errors import KVLibError, check_count, is_count
-from .generate import Generation, Rules
+from .generate import Generation, Rules, fits
 from .measure import check_repeats, one_thread, random_ids
 from .memory import model_kv_bytes_per_token
 from .paged_cache import PagedKVCache, blocks_for
@@ -85,9 +68,11 @@ class Served:  # one request's life in a run; times in seconds from the start (w
     request: Request
     slot: int = -1
     ids: list = field(default_factory=list)  # its answer
-    reused: int = 0       # prompt tokens read from the pool's index (prefix caching), not computed
-    first: tuple = ()     # (step, call) that made its first token: its prefill
-    last: tuple = ()      # (step, call) that made its last token
+    reused: int = 0       # prompt tokens read from the pool's index (prefix caching), not computed, at its admission
+    first: int = None     # the step that made its first token: its prefill's last
+    last: int = None      # the step that made its last token
+    preempted: int = 0    # times it was preempted (its blocks freed, its tokens computed again)
+    fed: int = 0          # tokens fed for it, prompt and answer, recomputed ones again
     ttft: float = 0.0     # time to first token
     latency: float = 0.0  # time to its last token
 
@@ -95,23 +80,19 @@ class Served:  # one request's life in a run; times in seconds from the start (w
     def steps_to_first_token(self):
         """Steps from the start to its first token, the step that made it included: its time to first token
         counted in steps, which depends on the stream and the policy alone, never on the machine's speed."""
-        return self.first[0] + 1
+        return self.first + 1
 
     @property
     def steps_to_last_token(self):  # its latency counted in steps, as steps_to_first_token counts its TTFT
-        return self.last[0] + 1
+        return self.last + 1
 
 
 @dataclass
 class Step:
     cells: list     # per slot: (request index, "prefill" or "decode"), or None for an idle slot
-    calls: list     # seconds of each forward call (prefills first, then the decode), with its sampling and bookkeeping
+    seconds: float  # its forward call, with its sampling and bookkeeping
     blocks: int     # blocks in use at the end of the step
     cached: int = 0  # blocks the index keeps at the end of the step that no request holds
-
-    @property
-    def seconds(self):
-        return sum(self.calls)
 
 
 @dataclass
@@ -121,6 +102,7 @@ class ServingRun:
     block_size: int
     n_blocks: int
     prefix_caching: bool = True
+    step_tokens: int = None                     # tokens a step feeds at most (None: every prompt whole)
     served: list = field(default_factory=list)  # [Served], in the stream's order
     steps: list = field(default_factory=list)   # [Step]
     blocks_allocated: int = 0                   # at the end, allocated == freed + cached + in use
@@ -135,6 +117,10 @@ class ServingRun:
     @property
     def tokens(self):  # answer tokens made by all requests
         return sum(len(s.ids) for s in self.served)
+
+    @property
+    def tokens_fed(self):  # tokens the forward calls computed: every prompt past its cached prefix, recomputes too
+        return sum(s.fed for s in self.served)
 
     @property
     def tokens_per_second(self):
@@ -161,15 +147,10 @@ class ServingRun:
         cells = [c for step in self.steps for c in step.cells]
         return sum(c is None for c in cells) / len(cells)
 
-    def clock(self):  # -> {(step, call): seconds from the start to the end of that call}
-        at, t = {}, 0.0
-        for k, step in enumerate(self.steps):
-            for j, seconds in enumerate(step.calls):
-                t += seconds
-                at[k, j] = t
-        return at
+    def clock(self):  # -> [seconds from the start to the end of each step]
+        return list(itertools.accumulate(step.seconds for step in self.steps))
 
-    def time_requests(self):  # each request's TTFT and latency, read off the clock of its calls
+    def time_requests(self):  # each request's TTFT and latency, read off the clock of its steps
         at = self.clock()
         for s in self.served:
             s.ttft, s.latency = at[s.first], at[s.last]
@@ -182,7 +163,7 @@ def request_stream(model, n, seed=0, scale=0.1, max_len=None):
     token ids of the model's vocabulary (measure.random_ids), the same for the same seed."""
     if max_len is None:
         max_len = model.config.n_ctx
-    if max_len > model.config.n_ctx:  # request_lengths checks the rest
+    if not fits(model, max_len):  # request_lengths checks the rest
         raise KVLibError(f"max_len {max_len} is past {model.name}'s context of {model.config.n_ctx}")
     lengths = request_lengths(n, seed, max_len, scale)
     return [Request(label(i), random_ids(model, p, seed=seed * 100_003 + i), a) for i, (p, a) in enumerate(lengths)]
@@ -190,7 +171,7 @@ def request_stream(model, n, seed=0, scale=0.1, max_len=None):
 
 def check_fits(model, prompt_len, max_new_tokens, who, fix):
     """A served answer is exactly max_new_tokens long (ignore_eos), so prompt and answer must fit the context."""
-    if max_new_tokens < 1 or prompt_len + max_new_tokens > model.config.n_ctx:
+    if max_new_tokens < 1 or not fits(model, prompt_len + max_new_tokens):
         raise KVLibError(f"{who}{prompt_len} prompt tokens and {max_new_tokens} to answer must fit {model.name}'s "
                          f"context of {model.config.n_ctx}, answering at least 1{fix}")
 
@@ -199,15 +180,20 @@ def blocks_needed(request, block_size):  # blocks it holds at its end: the last 
     return blocks_for(len(request.prompt_ids) + request.max_new_tokens - 1, block_size)
 
 
-def new_run(model, requests, policy="continuous", max_batch=4, block_size=16, n_blocks=None, prefix_caching=True):
-    """A ServingRun not yet run, its arguments checked. n_blocks: the pool (default: enough for the
-    max_batch largest requests, so slots, not blocks, are the limit)."""
+def new_run(model, requests, policy="continuous", max_batch=4, block_size=16, n_blocks=None, prefix_caching=True,
+            step_tokens=None):
+    """A ServingRun not yet run, its arguments checked. n_blocks: the pool (default: enough for the max_batch
+    largest requests at their ends, so slots, not blocks, are the limit and nobody is preempted). step_tokens:
+    tokens a step feeds at most, at least max_batch (every running request's decode fits; None: no limit)."""
     if policy not in POLICIES:
         raise KVLibError(f"policy must be one of {POLICIES}, not {policy!r}")
     if not requests:
         raise KVLibError("serve takes at least one request: serving.request_stream makes a stream of them")
     check_count(max_batch, "max_batch (slots)")
     check_count(block_size, "block_size (tokens per block)")
+    if step_tokens is not None and not (is_count(step_tokens) and step_tokens >= max_batch):
+        raise KVLibError(f"step_tokens must be a whole number of at least max_batch ({max_batch}), so that every "
+                         f"running request's decode fits a step, or None (no limit), not {step_tokens!r}")
     for r in requests:
         if isinstance(r.prompt_ids, str) or not is_count(r.max_new_tokens):
             raise KVLibError(f"request {r.label}: prompt_ids holds token ids (model.encode(text) gives them) and "
@@ -216,112 +202,98 @@ def new_run(model, requests, policy="continuous", max_batch=4, block_size=16, n_
                    f"request {r.label}: ", " (request_stream's max_len keeps them inside)")
     need = [blocks_needed(r, block_size) for r in requests]
     n_blocks = sum(sorted(need)[-max_batch:]) if n_blocks is None else check_count(n_blocks, "n_blocks (or None)")
-    if max(need) > n_blocks:
+    if max(need) > n_blocks:  # alone in the pool, every request can finish: preemption never takes the last one
         raise KVLibError(f"request {requests[need.index(max(need))].label} needs {max(need)} blocks of {block_size} "
                          f"tokens, more than the pool's {n_blocks}: give a larger n_blocks (or None: room for the "
                          f"max_batch largest requests)")
-    return ServingRun(policy, max_batch, block_size, n_blocks, bool(prefix_caching), served=[Served(r) for r in requests])
+    return ServingRun(policy, max_batch, block_size, n_blocks, bool(prefix_caching), step_tokens,
+                      served=[Served(r) for r in requests])
 
 
 def calls(model, run):
-    """Run `run` (from new_run), one forward call at a time: a generator that yields its PagedKVCache after
-    each call, so two runs can take turns call by call (side_by_side) and a test can watch the pool. Each
-    call's time runs from its resumption to the end of its sampling and bookkeeping; time spent outside,
-    between a yield and the next resumption, is not counted."""
-    requests = [s.request for s in run.served]
-    need = [blocks_needed(r, run.block_size) for r in requests]
-    cache = PagedKVCache(model.config.n_layer, run.n_blocks, run.block_size)
-    waiting, slots, live = deque(range(len(requests))), [None] * run.max_batch, {}  # slots: request index or None
-    promised = 0  # blocks the running requests will hold at their ends
-
-    def took(i, when):  # request i made a token at (step, call); if it was its last, it has left (advance released it)
-        nonlocal promised
-        s = run.served[i]
-        s.first = s.first or when
-        if live[i].gen.stop:
-            s.last = when
-            del live[i]
-            slots[s.slot] = None
-            promised -= need[i]
-
-    def lap():  # seconds since the run resumed
-        model.synchronize()
-        return time.perf_counter() - mark
-
+    """Run `run` (from new_run), one step at a time: a generator that yields its PagedKVCache after each step
+    (one forward call), so two runs can take turns step by step (taking_turns) and a test can watch the pool.
+    It observes batching.steps, the one loop: each step's time runs from its resumption to the end of its
+    sampling and bookkeeping (time spent between a yield and the next resumption is not counted), and its
+    Record says who ran in which slot."""
+    batch = Batch(PagedKVCache(model.config.n_layer, run.n_blocks, run.block_size), max_batch=run.max_batch,
+                  step_tokens=run.step_tokens, static=run.policy == "static")
+    who = {}  # id(Decoding) -> its request's index
+    for i, s in enumerate(run.served):  # greedy, exactly max_new_tokens (ignore_eos); the answer grows in s.ids
+        r = s.request
+        batch.waiting.append(Decoding(Generation(r.prompt_ids, s.ids), Rules(r.max_new_tokens, stop_at_eos=False),
+                                      r.tenant, None if run.prefix_caching else []))
+        who[id(batch.waiting[-1])] = i
+    slots = [None] * run.max_batch  # the request in each slot
     model.synchronize()
     mark = time.perf_counter()
-    while waiting or any(i is not None for i in slots):
-        step = Step([None if i is None else (i, "decode") for i in slots], [], 0)
-        running = [i for i in slots if i is not None]
-        if run.policy == "continuous" or not running:  # static: only into an empty batch
-            for slot in range(run.max_batch):
-                # free: every block no running request will hold, cached ones too (the pool evicts them)
-                if slots[slot] is None and waiting and need[waiting[0]] <= run.n_blocks - promised:
-                    i = waiting.popleft()  # first come, first served: nobody overtakes the head of the queue
-                    r, s = requests[i], run.served[i]
-                    seq = cache.add(r.prompt_ids if run.prefix_caching else None, r.tenant)
-                    # greedy, exactly max_new_tokens (ignore_eos); the answer grows in s.ids itself
-                    live[i] = Decoding(seq, Generation(r.prompt_ids, s.ids), Rules(r.max_new_tokens, stop_at_eos=False))
-                    slots[slot], promised = i, promised + need[i]
-                    s.slot, s.reused, step.cells[slot] = slot, cache.sequence(seq).reused, (i, "prefill")
-                    advance(model, cache, [live[i]])  # its prefill: the prompt past its cached prefix
-                    took(i, (len(run.steps), len(step.calls)))
-                    step.calls.append(lap())
-                    yield cache
-                    mark = time.perf_counter()
-        if running:  # one token for each request that was running before this step
-            advance(model, cache, [live[i] for i in running])
-            for i in running:
-                took(i, (len(run.steps), len(step.calls)))
-            step.calls.append(lap())
-            yield cache
-            mark = time.perf_counter()
-        step.blocks, step.cached = cache.pool.in_use, cache.pool.cached
-        run.steps.append(step)
-    pool = cache.pool  # the index keeps its blocks: a server's cache outlives the requests that filled it
+    for record in steps(model, batch):
+        model.synchronize()
+        seconds, k = time.perf_counter() - mark, len(run.steps)
+        for d in record.preempted:  # it leaves its slot; its answer so far stays, its tokens are computed again
+            s = run.served[who[id(d)]]
+            slots[s.slot], s.preempted = None, s.preempted + 1
+        cells = [None] * run.max_batch
+        for d, n in record.rows:
+            i = who[id(d)]
+            s = run.served[i]
+            if i not in slots:  # admitted this step: the lowest free slot
+                s.slot, s.reused = slots.index(None), d.seq.reused
+                slots[s.slot] = i
+            s.fed += n
+            cells[s.slot] = (i, "decode" if n == 1 and d.seq.length > len(d.gen.prompt_ids) else "prefill")
+            if d.seq.length == len(d.gen.prompt_ids) + len(d.gen.ids) - 1:  # it read everything: it picked a token
+                s.first = k if s.first is None else s.first
+        for d in record.finished:  # it leaves its slot after the step
+            s = run.served[who[id(d)]]
+            s.last, slots[s.slot] = k, None
+        run.steps.append(Step(cells, seconds, batch.cache.pool.in_use, batch.cache.pool.cached))
+        yield batch.cache
+        mark = time.perf_counter()
+    pool = batch.cache.pool  # the index keeps its blocks: a server's cache outlives the requests that filled it
     run.blocks_allocated, run.blocks_freed = pool.allocated, pool.freed
     run.blocks_in_use, run.blocks_cached = pool.in_use, pool.cached
     run.time_requests()
 
 
-def serve(model, requests, policy="continuous", max_batch=4, block_size=16, n_blocks=None, prefix_caching=True):
+def serve(model, requests, policy="continuous", max_batch=4, block_size=16, n_blocks=None, prefix_caching=True,
+          step_tokens=None):
     """Serve `requests` (all arrived at time 0) greedily, static or continuous; -> a ServingRun.
 
     Each step records which request holds which slot, whether it was that request's prefill or a
-    decode, and the wall clock of each of its forward calls (see new_run for n_blocks). With
+    decode, and the wall clock of its forward call (see new_run for n_blocks and step_tokens). With
     prefix_caching, each request's prefill reads its prompt's longest cached prefix (Served.reused)."""
-    run = new_run(model, requests, policy, max_batch, block_size, n_blocks, prefix_caching)
+    run = new_run(model, requests, policy, max_batch, block_size, n_blocks, prefix_caching, step_tokens)
     for _ in calls(model, run):
         pass
     return run
 
 
 def fastest(runs):
-    """Runs of one schedule (the same policy on the same requests) -> one run whose every forward call takes
-    the fastest of its times across them. The schedule depends on the requests alone, so call j of step k does
-    the same work in every run; a busy machine only ever slows a call, so its fastest time is the least disturbed."""
+    """Runs of one schedule (the same policy on the same requests) -> one run whose every step takes the fastest
+    of its times across them. The schedule depends on the requests alone, so step k does the same work in every
+    run; a busy machine only ever slows a step, so its fastest time is the least disturbed."""
     first = runs[0]
     if any([s.cells for s in r.steps] != [s.cells for s in first.steps] for r in runs):
         raise KVLibError("these runs did not run the same schedule: give runs of one policy on the same requests")
-    steps = [replace(s, calls=[min(r.steps[k].calls[j] for r in runs) for j in range(len(s.calls))])
-             for k, s in enumerate(first.steps)]
-    return replace(first, steps=steps, served=[replace(s) for s in first.served]).time_requests()
+    fast = [replace(s, seconds=min(r.steps[k].seconds for r in runs)) for k, s in enumerate(first.steps)]
+    return replace(first, steps=fast, served=[replace(s) for s in first.served]).time_requests()
 
 
 def taking_turns(model, requests, settings, max_batch=4, block_size=16, n_blocks=None, repeats=3):
     """Runs of the same requests under several settings ({name: new_run's policy and prefix_caching}), measured
     together; -> {name: fastest(its runs)}.
 
-    After a warm-up run of each, `repeats` rounds in which the runs take turns call by call, the one less far
-    through its calls going next, so all spread over the same moments of a busy machine; then the fastest time
-    of each call (fastest). All on one CPU thread (measure.one_thread): on a busy machine a call split over
+    After a warm-up run of each, `repeats` rounds in which the runs take turns step by step, the one less far
+    through its steps going next, so all spread over the same moments of a busy machine; then the fastest time
+    of each step (fastest). All on one CPU thread (measure.one_thread): on a busy machine a call split over
     two threads waits for the slower one, and torch splits only the larger calls, so the batch's own rows would
     be what is slowed (measured here: a 4-row decode step 2.4 ms on one thread, 11 ms on two)."""
     check_repeats(repeats)
     runs = {name: [] for name in settings}
     with one_thread():
-        total = {name: sum(len(s.calls) for s in serve(model, requests, max_batch=max_batch, block_size=block_size,
-                                                       n_blocks=n_blocks, **how).steps) for name, how in settings.items()}
+        total = {name: len(serve(model, requests, max_batch=max_batch, block_size=block_size, n_blocks=n_blocks,
+                                 **how).steps) for name, how in settings.items()}
         for _ in range(repeats):
             live = {name: new_run(model, requests, max_batch=max_batch, block_size=block_size, n_blocks=n_blocks, **how)
                     for name, how in settings.items()}
@@ -347,8 +319,8 @@ CACHING = {"prefix caching": True, "no prefix caching": False}
 
 def caching_side_by_side(model, requests, policy="continuous", max_batch=4, block_size=16, n_blocks=None, repeats=3):
     """The same requests served with and without prefix caching, taking turns (taking_turns); -> {"prefix
-    caching": run, "no prefix caching": run}. Admission does not depend on the index, so both run one schedule:
-    only what each prefill computes differs."""
+    caching": run, "no prefix caching": run}. With the index, a prompt whose next block another prompt is computing
+    in the same step waits a step to read it (batching.schedule), so the schedules may differ by such waits."""
     return taking_turns(model, requests, {name: dict(policy=policy, prefix_caching=on) for name, on in CACHING.items()},
                         max_batch, block_size, n_blocks, repeats)
 
@@ -420,24 +392,24 @@ def serve_shared_prefix(model, system, users, max_new_tokens=8, block_size=16, s
                        len(system_ids), [len(u) for u in user_ids], [[] for _ in user_ids])
     n_blocks = shared_blocks(len(system_ids), [len(system_ids) + len(u) + max_new_tokens for u in user_ids],
                              block_size, share=False) + 1  # room for everyone unshared, and the system prompt
-    cache = PagedKVCache(model.config.n_layer, n_blocks, block_size)
+    batch = Batch(PagedKVCache(model.config.n_layer, n_blocks, block_size))
     if share:
-        root = cache.add()
-        forward_rows(model, cache, [(root, system_ids)])  # the system prompt, once; its logits are not needed
-        seqs = [cache.add(prefix_of=root) for _ in user_ids]  # each holds the system prompt: advance feeds only u
-    else:
-        seqs = [cache.add() for _ in user_ids]
-    rules = Rules(max_new_tokens, stop_at_eos=False)  # greedy, every answer exactly max_new_tokens long
-    # keep: blocks are counted once every answer is made, before anyone leaves; each answer grows in out.answers
-    batch = [Decoding(s, Generation(system_ids + u, answer), rules)
-             for s, u, answer in zip(seqs, user_ids, out.answers)]
-    for d in batch:  # prefills one by one, as serve does
-        advance(model, cache, [d], keep=True)
-    out.blocks["prompts"] = cache.pool.in_use
-    while live := [d for d in batch if not d.gen.stop]:  # then every user decodes together
-        advance(model, cache, live, keep=True)
-    out.blocks["end"] = cache.pool.in_use
-    for s in list(cache.sequences):
-        cache.release(s)
-    out.blocks_allocated, out.blocks_freed = cache.pool.allocated, cache.pool.freed
+        root = batch.cache.add()
+        forward_rows(model, batch.cache, [(root, system_ids)])  # the system prompt, once; its logits are not needed
+    # every user admitted at once, holding the system prompt's blocks (share) or nothing: the step feeds the rest
+    for u, answer in zip(user_ids, out.answers):
+        seq = batch.cache.sequence(batch.cache.add(prefix_of=root) if share else batch.cache.add())
+        # one token more than is answered: the blocks are counted once every answer is max_new_tokens long, before
+        # anyone leaves; leaving the loop then gives them back
+        batch.running.append(Decoding(Generation(system_ids + u, answer), Rules(max_new_tokens + 1, stop_at_eos=False),
+                                      seq=seq))
+    loop = steps(model, batch)
+    for _ in loop:  # every user runs every step: all answers are as long
+        out.blocks.setdefault("prompts", batch.cache.pool.in_use)  # after the first, the prefills: every prompt in
+        if len(out.answers[0]) == max_new_tokens:
+            out.blocks["end"] = batch.cache.pool.in_use
+            loop.close()
+    if share:
+        batch.cache.release(root)
+    out.blocks_allocated, out.blocks_freed = batch.cache.pool.allocated, batch.cache.pool.freed
     return out

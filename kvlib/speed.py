@@ -16,7 +16,7 @@ import statistics
 import numpy as np
 import torch
 
-from .batching import Decoding, advance, pool_blocks
+from .batching import Batch, Decoding, steps
 from . import i18n
 from .errors import KVLibError
 from .generate import Generation, Rules
@@ -158,7 +158,7 @@ BATCHES = (1, 8, 32)
 
 def batch_rates(model, batches=BATCHES, prompt_len=32, new_tokens=16, repeats=2, seed=0, bare=False):
     """Total decode tokens/s at each batch size b: b random prompts of prompt_len tokens decoded together, as
-    generate_batch decodes them (batching.advance on a paged cache; the prompts prefilled one by one, untimed),
+    generate_batch decodes them (batching.steps on a paged cache; the prompts prefilled in the first step, untimed),
     new_tokens each, no early stop; b tokens over the fastest decode step. Every size takes its turn in each of
     `repeats` rounds, after an untimed warm-up round, so a busy moment of the machine slows all alike; ratios to
     the smallest.
@@ -173,14 +173,14 @@ def batch_rates(model, batches=BATCHES, prompt_len=32, new_tokens=16, repeats=2,
     step, matmuls = {b: float("inf") for b in batches}, {b: float("inf") for b in batches}
     for round in range(repeats + 1):  # round 0 warms up
         for b in batches:
-            cache = PagedKVCache(model.config.n_layer, pool_blocks([prompt_len + new_tokens] * b, 16), 16)
-            rows = [Decoding(cache.add(), Generation(random_ids(model, prompt_len, seed + i)),
-                             Rules(new_tokens, stop_at_eos=False)) for i in range(b)]
-            for row in rows:  # prefills, one prompt at a time: not timed
-                advance(model, cache, [row])
+            batch = Batch(PagedKVCache(model.config.n_layer, b * -(-(prompt_len + new_tokens) // 16), 16))
+            batch.waiting.extend(Decoding(Generation(random_ids(model, prompt_len, seed + i)),
+                                          Rules(new_tokens, stop_at_eos=False), spans=[]) for i in range(b))
+            loop = steps(model, batch)
+            next(loop)  # the prefills, every prompt in one call: not timed
             weights = matmul_pass(model, b) if bare else None
             for _ in range(new_tokens - 1):  # every row in every decode step, a token each
-                seconds = timed(lambda: advance(model, cache, rows), model.device)[1]
+                seconds = timed(lambda: next(loop), model.device)[1]
                 bare_seconds = timed(weights, model.device)[1] if bare else float("inf")
                 if round:
                     step[b], matmuls[b] = min(step[b], seconds), min(matmuls[b], bare_seconds)

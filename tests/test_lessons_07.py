@@ -206,11 +206,11 @@ def test_prompt_caching_keeps_every_run_for_the_report(tiny, capsys):
 def test_prompt_caching_warms_up_takes_turns_and_times_on_one_thread(tiny, monkeypatch):
     """A round untimed, then each round none, cold, warm in turn, every forward pass on one CPU thread. Counted
     from the forward passes' calls (tokens fed, threads), not from a clock."""
-    from kvlib import prompt_cache
-    calls, bare, paged = [], type(tiny).forward, prompt_cache.forward_rows
+    from kvlib import batching
+    calls, bare, paged = [], type(tiny).forward, batching.forward_rows
     monkeypatch.setattr(type(tiny), "forward", lambda self, ids, *a, **k: calls.append(
         ("none", len(ids), torch.get_num_threads())) or bare(self, ids, *a, **k))
-    monkeypatch.setattr(prompt_cache, "forward_rows", lambda model, cache, rows: calls.append(
+    monkeypatch.setattr(batching, "forward_rows", lambda model, cache, rows: calls.append(
         ("cache", len(rows[0][1]), torch.get_num_threads())) or paged(model, cache, rows))
     r = speed.prompt_caching(tiny, 64, repeats=2)
     assert calls[0][:2] == ("cache", 49)  # the shared part (48) and a token, filed before anything is timed

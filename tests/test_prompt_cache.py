@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvlib
+from kvlib.blocks import chains
 from kvlib.paged_cache import blocks_for
 
 from bounds import assert_logits_close
@@ -530,7 +531,7 @@ def test_a_marked_prefix_ending_inside_a_block_is_copied_before_anyone_writes_pa
     writer = pc.prefill(prefix + ids(9, 4), cache_control=20)
     pool = pc.cache.pool
     assert writer.receipt.written_tokens == 20 and len(pool.index) == 2
-    full, part = (pool.index[k] for k, _, _ in pc.chains(prefix + [0], "default", [(0, 20)])[0])
+    full, part = (pool.index[k] for k, _, _ in chains(prefix + [0], "default", [(0, 20)], pc.block_size)[0])
     assert writer.table[0] == full and part not in writer.table  # the part is a copy, the full block the writer's own
     stored = stored_blocks(pc)
     reader = pc.prefill(prefix + ids(6, 5), cache_control=20)
@@ -591,28 +592,32 @@ def test_a_request_runs_on_a_pool_that_grows_and_files_only_what_it_may(tiny):
 
 
 def test_eviction_under_a_byte_budget_while_a_request_runs(tiny, monkeypatch):
-    """Between every two decode steps of an answer, on a ManualClock that moves 10 s a step, another request
+    """After every step of an answer, on a ManualClock that moves 10 s a step, another request
     comes and the budget makes it evict; once the clock jumps past the TTL and everything unheld expires. The
     pool checks each drop as it happens (test_blocks.Watched: an unheld leaf, least recently used first); after
     every step no live request has lost a block and no filed block has lost its parent; the answer is
     generate's, and stops as generate stops."""
-    from kvlib import prompt_cache
+    from kvlib import batching
     clock = kvlib.prompt_cache.ManualClock()
     per_block = 4 * memory_bytes(tiny)
     pc = kvlib.PromptCache(tiny, block_size=4, max_bytes=6 * per_block, ttl_seconds=30, clock=clock)
     pc.cache.pool = Watched(1, ttl_seconds=30, clock=clock)  # the same pool, checking each drop
     prompt = ids(21, 1)
     pc.prefill(prompt)  # 5 blocks filed: the answer below starts from them
-    steps, real = [], prompt_cache.advance
+    steps, real, inside = [], batching.step, []
 
-    def step(model, cache, batch, keep):  # one decode step of the answer, then another request
-        real(model, cache, batch, keep)
-        clock.advance(10 if len(steps) != 4 else 100)  # the fifth jumps past the TTL: all unheld expire
-        steps.append(pc.prefill(ids(13, 10 + len(steps))).receipt)
-        assert_no_holes(pc)
-        assert pc.nbytes <= 6 * per_block
+    def step(model, batch):  # one step of the answer, then another request (whose own steps run as they are)
+        record = real(model, batch)
+        if not inside:
+            inside.append(batch)
+            clock.advance(10 if len(steps) != 4 else 100)  # the fifth jumps past the TTL: all unheld expire
+            steps.append(pc.prefill(ids(13, 10 + len(steps))).receipt)
+            assert_no_holes(pc)
+            assert pc.nbytes <= 6 * per_block
+            inside.pop()
+        return record
 
-    monkeypatch.setattr(prompt_cache, "advance", step)
+    monkeypatch.setattr(batching, "step", step)
     got = pc.answer(prompt, max_new_tokens=8)
     monkeypatch.undo()
     want = kvlib.generate(tiny, prompt, max_new_tokens=8)

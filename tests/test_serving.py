@@ -5,12 +5,13 @@ here, and what continuous batching buys as counts no clock changes: forward call
 steps each request waited for its first token and its last."""
 
 import heapq
+from collections import Counter
 from dataclasses import replace
 
 import pytest
 import torch
 
-from kvlib import KVLibError, memory, paging, serving
+from kvlib import KVLibError, batching, memory, paging, serving
 from kvlib.compression import heldout_ids
 from kvlib.measure import one_thread, random_ids
 from conftest import hf_greedy, hf_model
@@ -59,7 +60,7 @@ def check_cells(run):  # every step's cells say who was where: its prefill at it
     for i, s in enumerate(run.served):
         held = [(k, step.cells[s.slot]) for k, step in enumerate(run.steps) if step.cells[s.slot] and
                 step.cells[s.slot][0] == i]
-        assert held == [(k, (i, "prefill" if k == s.first[0] else "decode")) for k in range(s.first[0], s.last[0] + 1)]
+        assert held == [(k, (i, "prefill" if k == s.first else "decode")) for k in range(s.first, s.last + 1)]
     assert all(len(step.cells) == run.max_batch for step in run.steps)
 
 
@@ -67,7 +68,7 @@ def check_cells(run):  # every step's cells say who was where: its prefill at it
 def test_each_policy_runs_the_schedule_worked_out_by_hand(stream, runs, policy):
     run = runs[policy]
     plan = expected_schedule([r.max_new_tokens for r in stream], 4, policy)
-    assert {i: (s.slot, s.first[0], s.last[0]) for i, s in enumerate(run.served)} == plan
+    assert {i: (s.slot, s.first, s.last) for i, s in enumerate(run.served)} == plan
     assert len(run.steps) == max(last for _, _, last in plan.values()) + 1
     check_cells(run)
     assert [len(s.ids) for s in run.served] == [r.max_new_tokens for r in stream]  # end-of-text does not stop one
@@ -89,26 +90,25 @@ def test_every_answer_is_the_one_the_prompt_gets_alone(hf_tiny, stream, runs):
         assert runs["continuous"].served[i].ids == runs["static"].served[i].ids
 
 
-def test_continuous_batching_beats_static_in_calls_idle_slots_and_steps_waited(stream, runs):
+def test_continuous_batching_beats_static_in_steps_idle_slots_and_steps_waited(stream, runs):
     """What the lesson claims, in counts the seeded stream alone decides, each worked out from the hand plans:
-    one prefill call per request and one decode call per step in which a request was already running; a
-    request holds its slot for exactly its answer's length in steps, so the rest of the slot-steps are idle.
-    Seed 1 is a middling stream: static makes 1.45x the forward calls continuous does (seeds 0-7: 1.27-1.73),
-    138 against 95, with 42% of its slot-steps idle against 9%; a request waits 55 steps for its first token on
-    average against 26.6, and 72.1 for its last against 43.8."""
+    one forward call a step; every prompt is fed once and every answer token but the last once (no prefix is
+    shared, no request preempted), whatever the policy; a request holds its slot for exactly its answer's length
+    in steps, so the rest of the slot-steps are idle. Seed 1 is a middling stream: static takes 126 steps
+    against continuous's 80 (1.58x), with 42% of its slot-steps idle against 9%; a request waits 55 steps for
+    its first token on average against 26.6, and 72.1 for its last against 43.8."""
     answers = [r.max_new_tokens for r in stream]
     for policy, run in runs.items():
         plan = expected_schedule(answers, 4, policy)
-        decoding = {k for _, first, last in plan.values() for k in range(first + 1, last + 1)}
-        assert sum(len(step.calls) for step in run.steps) == len(stream) + len(decoding), policy
+        assert len(run.steps) == max(last for _, _, last in plan.values()) + 1, policy
+        assert run.tokens_fed == sum(len(r.prompt_ids) + r.max_new_tokens - 1 for r in stream)
         assert sum(c is None for step in run.steps for c in step.cells) == 4 * len(run.steps) - sum(answers)
         assert run.idle == (4 * len(run.steps) - sum(answers)) / (4 * len(run.steps))
         assert run.mean_steps_to_first_token == sum(first + 1 for _, first, _ in plan.values()) / len(stream)
         assert run.mean_steps_to_last_token == sum(last + 1 for _, _, last in plan.values()) / len(stream)
     static, cont = runs["static"], runs["continuous"]
     assert static.tokens == cont.tokens == sum(answers)
-    calls = {p: sum(len(step.calls) for step in run.steps) for p, run in runs.items()}
-    assert calls["static"] > 1.4 * calls["continuous"] and static.idle > 2 * cont.idle
+    assert len(static.steps) > 1.4 * len(cont.steps) and static.idle > 2 * cont.idle
     assert cont.mean_steps_to_first_token < 0.6 * static.mean_steps_to_first_token
     assert cont.mean_steps_to_last_token < 0.7 * static.mean_steps_to_last_token
 
@@ -119,67 +119,112 @@ def test_side_by_side_times_the_schedule_serve_runs(tiny, stream, runs):
     measured = serving.side_by_side(tiny, stream, max_batch=4, repeats=2)
     assert measured.keys() == runs.keys()
     for policy, run in measured.items():
-        assert [(step.cells, len(step.calls)) for step in run.steps] == \
-               [(step.cells, len(step.calls)) for step in runs[policy].steps]
+        assert [step.cells for step in run.steps] == [step.cells for step in runs[policy].steps]
         assert [(s.ids, s.first, s.last) for s in run.served] == [(s.ids, s.first, s.last) for s in runs[policy].served]
-        # the requests are timed off this run's own calls (the fastest of each): A's first token came with the
-        # first call, and the last request's last token with the end of the run
-        assert run.served[0].ttft == run.steps[0].calls[0]
+        # the requests are timed off this run's own steps (the fastest of each): A's first token came with the
+        # first step, and the last request's last token with the end of the run
+        assert run.served[0].ttft == run.steps[0].seconds
         assert max(s.latency for s in run.served) == pytest.approx(run.seconds)
         assert run.blocks_allocated == run.blocks_freed + run.blocks_cached and run.blocks_in_use == 0
 
 
-def test_fastest_keeps_the_least_disturbed_time_of_each_call(tiny, stream):
-    """Three runs of one schedule given known call times: across them each call took 1, 2 and 3 seconds, in an
-    order that turns with the call, so no run holds the least of every call; fastest keeps 1 for each."""
+def test_fastest_keeps_the_least_disturbed_time_of_each_step(tiny, stream):
+    """Three runs of one schedule given known step times: across them each step took 1, 2 and 3 seconds, in an
+    order that turns with the step, so no run holds the least of every step; fastest keeps 1 for each."""
     run = serving.serve(tiny, stream[:6], "continuous", max_batch=2)
-    order = [(k, j) for k, step in enumerate(run.steps) for j in range(len(step.calls))]  # every call, in turn
 
-    def given(r):  # run r: its n-th call took 1 + (n + r) % 3 seconds
-        n = iter(range(len(order)))
-        steps = [replace(step, calls=[1.0 + (next(n) + r) % 3 for _ in step.calls]) for step in run.steps]
+    def given(r):  # run r: its k-th step took 1 + (k + r) % 3 seconds
+        steps = [replace(step, seconds=1.0 + (k + r) % 3) for k, step in enumerate(run.steps)]
         return replace(run, steps=steps, served=[replace(s) for s in run.served]).time_requests()
 
     best = serving.fastest([given(r) for r in range(3)])
-    assert [step.calls for step in best.steps] == [[1.0] * len(step.calls) for step in run.steps]
-    assert best.seconds == len(order)
-    # every call took 1 s: a request's first and last token come as many seconds in as calls were made by then
-    assert [(s.ttft, s.latency) for s in best.served] == \
-           [(order.index(s.first) + 1, order.index(s.last) + 1) for s in run.served]
+    assert [step.seconds for step in best.steps] == [1.0] * len(run.steps) and best.seconds == len(run.steps)
+    # every step took 1 s: a request's first and last token come as many seconds in as steps were made by then
+    assert [(s.ttft, s.latency) for s in best.served] == [(s.first + 1, s.last + 1) for s in run.served]
     with pytest.raises(KVLibError, match="same schedule"):
         serving.fastest([run, serving.serve(tiny, stream[:6], "static", max_batch=2)])
 
 
-def test_admission_waits_for_free_blocks(tiny, hf_tiny, stream):
-    """A pool too small for four of these requests at once: a request joins only when the blocks it will hold
-    at its end are free, so slots stay idle while requests wait, and the pool never runs dry."""
-    need = [-(-(len(r.prompt_ids) + r.max_new_tokens - 1) // 8) for r in stream]  # blocks of 8 at each one's end
-    run = serving.serve(tiny, stream, "continuous", max_batch=4, block_size=8, n_blocks=max(need) + 2)
-    for k, step in enumerate(run.steps):
-        holders = {c[0] for c in step.cells if c}
-        assert sum(need[i] for i in holders) <= run.n_blocks and step.blocks <= run.n_blocks
-    waited = [k for k, step in enumerate(run.steps) if None in step.cells
-              and any(s.first[0] > k for s in run.served)]
-    assert waited, "some step should have had an idle slot while a request waited for blocks"
-    assert run.blocks_allocated == run.blocks_freed + run.blocks_cached and run.blocks_in_use == 0
-    check_cells(run)
-    i = max(range(len(stream)), key=lambda i: need[i])
-    assert run.served[i].ids == hf_greedy(hf_tiny[0], stream[i].prompt_ids, stream[i].max_new_tokens)
+def check_blocks(cache):
+    """What must hold after every step: no block leaks (allocated == freed + cached + in use), and every block a live
+    sequence's table names is counted held as often as tables name it, none of them free."""
+    pool = cache.pool
+    assert pool.allocated == pool.freed + pool.cached + pool.in_use
+    holders = Counter(b for q in cache.sequences.values() for b in q.blocks)
+    assert pool.refs == [holders[b] for b in range(pool.n_blocks)] and not set(pool.free) & set(holders)
+
+
+def test_a_pool_too_small_preempts_the_newest_and_every_answer_is_still_transformers(tiny, hf_tiny):
+    """Six requests after one 20-token system prompt (2 full blocks of 8, shared through the index), answering 12 to
+    20 tokens on 4 slots, in a pool of 8 blocks: fewer than the running requests come to hold, since a request joins
+    on its prompt's blocks alone. When a running request's next token finds no free block, the most recently
+    admitted is preempted (the largest sequence id of those live before the step, as ids are handed out in order):
+    its blocks go free, the shared ones staying with their other holders, and it prefills again later, prompt and
+    answer so far, reading the system prompt from the index. After every step no block leaked and none a live
+    sequence holds is free; every answer is transformers' greedy one; the preemptions cost steps and tokens fed
+    against a pool large enough for all, counted."""
+    play = heldout_ids(tiny, 600)
+    requests = [serving.Request(serving.label(i), play[:20] + play[100 + 37 * i:103 + 39 * i], 12 + i % 3 * 4)
+                for i in range(6)]
+    run = serving.new_run(tiny, requests, "continuous", max_batch=4, block_size=8, n_blocks=8)
+    before, preemptions = set(), 0
+    for cache in serving.calls(tiny, run):
+        check_blocks(cache)
+        new = sum(s.preempted for s in run.served) - preemptions
+        if new:  # the newest ones went, and no one joined in their place
+            assert set(sorted(before)[-new:]) <= before - set(cache.sequences) and set(cache.sequences) <= before
+        before, preemptions = set(cache.sequences), preemptions + new
+    preempted = [i for i, s in enumerate(run.served) if s.preempted]
+    assert preempted and preemptions >= 2
+    for i in preempted:  # resumed: prefilled again after it lost its blocks, then decoded to its last token
+        prefills = [k for k, step in enumerate(run.steps) if (i, "prefill") in step.cells]
+        assert len(prefills) == 1 + run.served[i].preempted and run.served[i].last > prefills[-1]
+    for r, s in zip(requests, run.served):
+        assert s.ids == hf_greedy(hf_tiny[0], r.prompt_ids, r.max_new_tokens, stop_at_eos=False), r.label
+    assert run.blocks_in_use == 0 and run.blocks_allocated == run.blocks_freed + run.blocks_cached
+    roomy = serving.serve(tiny, requests, "continuous", max_batch=4, block_size=8)  # room for the 4 largest
+    assert [s.preempted for s in roomy.served] == [0] * 6 and [s.ids for s in roomy.served] == [s.ids for s in run.served]
+    assert len(run.steps) > len(roomy.steps) and run.tokens_fed > roomy.tokens_fed
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_while_the_others_decode(tiny, hf_tiny):
+    """Three short requests (4 tokens, answering 12) and a 100-token one, 4 slots, at most 16 tokens a step, decodes
+    first. Worked by hand: step 0 prefills the three short prompts (12 tokens) and D's first 4; from step 1 the three
+    decode (3 tokens) and D's prefill goes on 13 tokens a step: 4 + 7 x 13 = 95, its last 5 at step 8, which picks
+    its first token. So in steps 1-8 decodes and D's prefill share the forward call, and D's answer is the one it
+    gets unchunked, and transformers'."""
+    play = heldout_ids(tiny, 600)
+    requests = [serving.Request(label, play[10 * k:10 * k + 4], 12) for k, label in enumerate("ABC")]
+    requests.append(serving.Request("D", play[200:300], 6))
+    run = serving.new_run(tiny, requests, "continuous", max_batch=4, step_tokens=16)
+    fed = []  # D's tokens fed at each step
+    for _ in serving.calls(tiny, run):
+        fed.append(run.served[3].fed - sum(fed))
+    assert fed[:9] == [4] + [13] * 7 + [5] and fed[9:] == [1] * 5 and run.served[3].first == 8
+    shared = [k for k, step in enumerate(run.steps) if step.cells[3] == (3, "prefill")
+              and any(c and c[1] == "decode" for c in step.cells)]
+    assert shared == list(range(1, 9))
+    whole = serving.serve(tiny, requests, "continuous", max_batch=4)  # no budget: D's prompt in one step
+    assert whole.served[3].first == 0
+    assert run.served[3].ids == whole.served[3].ids == hf_greedy(hf_tiny[0], requests[3].prompt_ids, 6, stop_at_eos=False)
+    assert [s.ids for s in run.served] == [s.ids for s in whole.served]
+    with pytest.raises(KVLibError, match="step_tokens must be a whole number of at least max_batch"):
+        serving.serve(tiny, requests, max_batch=4, step_tokens=3)
 
 
 @pytest.mark.parametrize("policy", serving.POLICIES)
 def test_a_full_pool_keeps_first_come_first_served(tiny, policy):
-    """Two large requests, then two small ones, in a pool of 5 blocks of 8 tokens. Blocks held at each one's end
-    (prompt + answer - 1 tokens): A 20 + 6 - 1 = 25 tokens, 4 blocks; B 20 + 4 - 1 = 23, 3 blocks; C and D
-    3 + 2 - 1 = 4, 1 block each. A joins at step 0 (4 of 5 promised); B, next in line, needs 3 and waits, and C
-    and D, which would fit in the 1 left, wait behind it. A decodes in steps 1-5 and leaves at the end of step 5;
-    at step 6 B, C and D join together (3 + 1 + 1 = 5) and are prefilled into slots 0-2; C and D end at step 7,
-    B at step 9. Static batching runs the same steps: every batch here starts on an empty one."""
+    """Two large requests, then two small ones, in a pool of 5 blocks of 8 tokens. A request joins when the blocks
+    its prompt fills are free: A's 20 tokens take 3 blocks at step 0; B, next in line, needs 3 of the 2 left and
+    waits, and C and D, whose 3 tokens would fit in 1, wait behind it. A decodes in steps 1-5, its 25th token (fed
+    at step 5) taking a 4th block, and leaves at the end of step 5; at step 6 B, C and D join together (3 + 1 + 1
+    = 5) and are prefilled into slots 0-2; C and D end at step 7, B at step 9. Nobody is preempted: B never had
+    blocks while A ran. Static batching runs the same steps: every batch here starts on an empty one."""
     lengths = {"A": (20, 6), "B": (20, 4), "C": (3, 2), "D": (3, 2)}
     requests = [serving.Request(name, random_ids(tiny, prompt, seed=k), answer)
                 for k, (name, (prompt, answer)) in enumerate(lengths.items())]
     run = serving.serve(tiny, requests, policy, max_batch=4, block_size=8, n_blocks=5)
-    assert {s.request.label: (s.slot, s.first[0], s.last[0]) for s in run.served} == \
+    assert {s.request.label: (s.slot, s.first, s.last) for s in run.served} == \
            {"A": (0, 0, 5), "B": (0, 6, 9), "C": (1, 6, 7), "D": (2, 6, 7)}
     A, B, C, D = range(4)
     idle = [None] * 3
@@ -193,6 +238,7 @@ def test_a_full_pool_keeps_first_come_first_served(tiny, policy):
     # took their memory (evicted); at the end the index keeps B's 2, for requests to come
     assert run.blocks_allocated == 4 + 3 + 1 + 1 and (run.blocks_freed, run.blocks_cached) == (9 - 2, 2)
     assert run.blocks_in_use == 0 and [s.reused for s in run.served] == [0] * 4
+    assert [s.preempted for s in run.served] == [0] * 4
 
 
 @pytest.mark.parametrize("name", ["tiny", "smollm2"])
@@ -223,9 +269,10 @@ def test_users_sharing_a_system_prompt_reuse_its_blocks_and_answer_as_alone(requ
     assert [s.ids for s in run.served] == [s.ids for s in off.served]
     for r, s in zip(requests, run.served):
         assert s.ids == hf_greedy(hf, r.prompt_ids, 6, stop_at_eos=False), r.label
-    # the system prompt's 4 blocks, B's 5th (F's too), D's 5th and 6th, G's 5th: 8, kept for the next requests
-    prefixes = {tuple(r.prompt_ids[:end]) for r in requests for end in range(16, len(r.prompt_ids) + 1, 16)}
-    assert run.blocks_cached == len(prefixes) == 8 and run.blocks_in_use == 0 and not [e for e in pool.events if e.kind == "evict"]
+    # the system prompt's 4 blocks, B's 5th (F's too), D's 5th and 6th: 7, kept for the next requests (G's 80
+    # tokens fill a 5th that ends at its last token, which is never filed: blocks.prompt_spans)
+    prefixes = {tuple(r.prompt_ids[:end]) for r in requests for end in range(16, len(r.prompt_ids), 16)}
+    assert run.blocks_cached == len(prefixes) == 7 and run.blocks_in_use == 0 and not [e for e in pool.events if e.kind == "evict"]
     assert run.blocks_allocated == run.blocks_freed + run.blocks_cached
     assert off.blocks_allocated == off.blocks_freed and off.blocks_in_use == 0
     # the system prompt's blocks held once: fewer taken, fewer held at once
@@ -335,13 +382,13 @@ def test_batch_rates_times_each_decode_step_then_its_bare_matmuls(tiny, monkeypa
         timed.append(kind)
         return fn(), next(given[kind])
 
-    real = speed.advance
+    real = batching.step
     monkeypatch.setattr(speed, "timed", clock)
-    monkeypatch.setattr(speed, "advance", lambda model, cache, batch: rows.append(len(batch)) or real(model, cache, batch))
+    monkeypatch.setattr(batching, "step", lambda model, batch: rows.append(len(real(model, batch).rows)))
     r = speed.batch_rates(tiny, (1, 4), prompt_len=4, new_tokens=3, repeats=2, bare=True)
-    # 3 rounds; per size its prefills (one row each, untimed), then 2 decode steps of every row, each step's matmuls after it
+    # 3 rounds; per size its prefills (one step, untimed), then 2 decode steps of every row, each step's matmuls after it
     assert timed == ["batch_rates", "matmul_pass"] * 2 * 2 * 3
-    assert rows == ([1] + [1] * 2 + [1, 1, 1, 1] + [4] * 2) * 3
+    assert rows == ([1] + [1] * 2 + [4] + [4] * 2) * 3
     assert r["tokens_per_second"] == {1: pytest.approx(1 / 0.008), 4: pytest.approx(4 / 0.016)}
     assert r["bare_tokens_per_second"] == {1: pytest.approx(1 / 0.003), 4: pytest.approx(4 / 0.012)}
     assert r["matmul_share"] == {1: pytest.approx(0.003 / 0.008), 4: pytest.approx(0.012 / 0.016)}

@@ -1,5 +1,5 @@
 """The serving timeline, built from live runs on tiny: what it sends for a stream of four requests (cells, slots,
-blocks, and times once each call is set to 1 ms) is the schedule worked out by hand, and in a real browser
+blocks, and times once each step is set to 1 ms) is the schedule worked out by hand, and in a real browser
 (Chromium, the view's module on a bare page: no JupyterLab needed) its cells, hovers and linked highlights say
 what it sends; without runs, or with data it cannot draw, it says that in place."""
 
@@ -27,9 +27,9 @@ def four(tiny):
     return {policy: serving.serve(tiny, requests, policy, max_batch=2) for policy in ("static", "continuous")}
 
 
-# Worked by hand. A step first prefills the requests it admits into free slots (static batching: only into an empty
-# batch), each making its first token, then decodes one token for every request that was running before it; a
-# request leaves its slot when it has made its last token. Each sequence (at most 3 + 3 - 1 tokens) holds one
+# Worked by hand. A step prefills the requests it admits into free slots (static batching: only into an empty
+# batch), each making its first token, beside one decode token for every request that was running before it, all
+# in one forward call; a request leaves its slot when it has made its last token. Each sequence (at most 3 + 3 - 1 tokens) holds one
 # block of 16 until it leaves.
 P, D = "prefill", "decode"
 CELLS = {
@@ -44,7 +44,6 @@ CELLS = {
                    [[3, P], None],
                    [[3, D], None]],
 }
-CALLS = {"static": [2, 1, 1, 2, 1], "continuous": [2, 1, 2, 1, 1]}  # forward calls per step: a prefill each, one decode
 SLOTS = {"static": [0, 1, 0, 1], "continuous": [0, 1, 0, 0]}
 BLOCKS = [2, 1, 0, 1, 0]  # in use after each step, in both runs
 
@@ -66,26 +65,25 @@ def test_the_timeline_sends_what_each_run_did(four):
 
 
 def test_the_timeline_sends_each_runs_times_in_ms(four):
-    """Every forward call of both runs set to 1 ms: the times the view sends are then counts of calls, by hand."""
+    """Every step (one forward call) of both runs set to 1 ms: the times the view sends are then counts of steps."""
     timed = copy.deepcopy(four)
     for run in timed.values():
         for step in run.steps:
-            step.calls = [0.001] * len(step.calls)
+            step.seconds = 0.001
         run.time_requests()
     view = ServingTimeline.of(timed)
     sent = {r["policy"]: r for r in view.runs}
-    for policy, calls in CALLS.items():
-        assert sent[policy]["step_ms"] == calls and sent[policy]["ms"] == 7
-        assert sent[policy]["tokens_per_second"] == round(8 / 0.007, 1) == 1142.9
-    # the calls in order: static A▸ B▸ | AB | B | C▸ D▸ | D; continuous A▸ B▸ | AB | C▸ B | D▸ | D
-    # each request's first token (its TTFT) and last (its latency) at the end of the call that made it
-    assert [(s["ttft_ms"], s["latency_ms"]) for s in sent["static"]["served"]] == [(1, 3), (2, 4), (5, 5), (6, 7)]
-    assert [(s["ttft_ms"], s["latency_ms"]) for s in sent["continuous"]["served"]] == [(1, 3), (2, 5), (4, 4), (6, 7)]
-    assert (sent["static"]["mean_ttft_ms"], sent["static"]["mean_latency_ms"]) == ((1 + 2 + 5 + 6) / 4, (3 + 4 + 5 + 7) / 4)
-    assert (sent["continuous"]["mean_ttft_ms"], sent["continuous"]["mean_latency_ms"]) == ((1 + 2 + 4 + 6) / 4,
-                                                                                           (3 + 5 + 4 + 7) / 4)
-    assert "static batching: 8 tokens in 7.0 ms = 1,142.9 tokens/s; mean latency 4.8 ms, mean time to first " \
-           "token 3.5 ms; 20% of slot-steps idle" in view.summary()
+    for policy in CELLS:
+        assert sent[policy]["step_ms"] == [1] * 5 and sent[policy]["ms"] == 5
+        assert sent[policy]["tokens_per_second"] == round(8 / 0.005, 1) == 1600
+    # each request's first token (its TTFT) and last (its latency) at the end of the step that made it
+    assert [(s["ttft_ms"], s["latency_ms"]) for s in sent["static"]["served"]] == [(1, 2), (1, 3), (4, 4), (4, 5)]
+    assert [(s["ttft_ms"], s["latency_ms"]) for s in sent["continuous"]["served"]] == [(1, 2), (1, 3), (3, 3), (4, 5)]
+    assert (sent["static"]["mean_ttft_ms"], sent["static"]["mean_latency_ms"]) == ((1 + 1 + 4 + 4) / 4, (2 + 3 + 4 + 5) / 4)
+    assert (sent["continuous"]["mean_ttft_ms"], sent["continuous"]["mean_latency_ms"]) == ((1 + 1 + 3 + 4) / 4,
+                                                                                           (2 + 3 + 3 + 5) / 4)
+    assert "static batching: 8 tokens in 5.0 ms = 1,600.0 tokens/s; mean latency 3.5 ms, mean time to first " \
+           "token 2.5 ms; 20% of slot-steps idle" in view.summary()
 
 
 @pytest.fixture(scope="module")
@@ -99,22 +97,23 @@ def shared(tiny):
 
 
 def test_the_timeline_shows_the_blocks_prefix_caching_reused(shared):
-    """Worked by hand. Step 0: A's prefill computes its 35 tokens and files the system prompt's 2 full blocks in the
-    index as it writes them; B's prefill, next, holds those 2 and computes its own 3 (a 3rd block each: 4 in use).
-    Step 1: both decode their 2nd and last token and leave; A's 3rd block and B's go back, the 2 shared ones stay
-    in the index, held by nobody (cached). Steps 2-3: C and D, the same again from the index. Without prefix
-    caching every request computes all 35 tokens in 3 blocks of its own."""
+    """Worked by hand. Step 0: A's prefill computes its 35 tokens in 3 blocks and files the system prompt's 2 full
+    ones in the index after the call; B, whose first block is one A is computing, waits for it. Step 1: A decodes
+    its 2nd and last token and leaves (its 3rd block goes back); B joins, holds the 2 filed blocks and computes its
+    own 3 tokens in a 3rd. Steps 2-4: C takes A's slot and D B's, each the same from the index; after D leaves the
+    index keeps the 2 blocks, held by nobody (cached). Without prefix caching every request computes all 35 tokens
+    in 3 blocks of its own, and B joins at once."""
     view = ServingTimeline.of(shared)
     on, off = view.runs
     assert (on["name"], off["name"]) == ("continuous batching, prefix caching", "continuous batching, no prefix caching")
     assert [s["reused"] for s in on["served"]] == [0, 32, 32, 32] and [s["reused"] for s in off["served"]] == [0] * 4
-    assert (on["blocks"], on["cached"]) == ([4, 0, 4, 0], [0, 2, 0, 2])
+    assert (on["blocks"], on["cached"]) == ([3, 3, 3, 3, 0], [0, 0, 0, 0, 2])
     assert (off["blocks"], off["cached"]) == ([6, 0, 6, 0], [0] * 4)
     # at the end every block taken is freed or kept by the index: 3 + 1 + 1 + 1 = 4 freed + 2 cached
     assert (on["blocks_allocated"], on["blocks_freed"], on["blocks_cached"]) == (6, 4, 2)
     assert (off["blocks_allocated"], off["blocks_freed"], off["blocks_cached"]) == (12, 12, 0)
     text = view.summary()
-    assert "slot 0: A▸ A C↺ C\nslot 1: B↺ B D↺ D\n" in text  # with the index
+    assert "slot 0: A▸ A C↺ C .\nslot 1: . B↺ B D↺ D\n" in text  # with the index
     assert text.endswith("slot 0: A▸ A C▸ C\nslot 1: B▸ B D▸ D")  # without: the last lines, no table of every
     # request's times after them (notebook 8's cells print the means and the users' own table)
     assert "blocks: 6 allocated, 4 freed, 2 kept by the index" in text
