@@ -55,7 +55,7 @@ engine: $(STAMP)
 
 # the course as a static site in site/ (git-ignored): the eight notebooks run (and the Chinese ones, in site/zh/,
 # each page linking to its English or Chinese counterpart), then one page each whose views
-# still move with no kernel (kvlib/site.py), and which run the model on the learner's own text (ONNX Runtime Web from
+# still move with no kernel (kvlib/tools/site.py), and which run the model on the learner's own text (ONNX Runtime Web from
 # web/package.json, installed with npm ci: needs Node.js 20+); open site/index.html. Not part of make test: tests/test_site.py
 # checks the exporter on a small notebook, and on this build when asked (KVLIB_SITE=site)
 # a workshop room on this machine (Linux, as root): JupyterHub, one account per learner, the model's weights shared

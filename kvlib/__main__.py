@@ -3,24 +3,25 @@
 import argparse
 import sys
 
-from . import doctor, download, models
-from .generate import generate
+from .model import models
+from .server.generate import generate
+from .tools import doctor, download
 
 
 def cmd_bench(args):
-    from . import bench  # imported for this command only: it draws with matplotlib, which doctor may report missing
+    from .tools import bench  # imported for this command only: it draws with matplotlib, which doctor may report missing
 
     bench.main(args)
 
 
 def cmd_lab(args):
-    from . import course
+    from .tools import course
 
     sys.exit(course.lab(args.folder, open_lab=not args.copy_only))
 
 
 def cmd_site(args):
-    from . import site
+    from .tools import site
 
     sys.exit(site.main(["--out", args.out] + (["--static"] if args.static else [])))
 

@@ -57,13 +57,13 @@ def magnitude(n):
 
 
 def words(prefix, language=None):
-    """Every entry under "prefix." in the language set (or in `language`: a static page's, kvlib/site.py), keyed by
+    """Every entry under "prefix." in the language set (or in `language`: a static page's, kvlib/tools/site.py), keyed by
     the rest of its name: a view's labels."""
     return {key[len(prefix) + 1:]: local(text, language) for key, text in TEXT.items() if key.startswith(prefix + ".")}
 
 
 TEXT = {
-    # exercises (kvlib/exercises): the verdict on a prediction, or on what a learner's own code computed
+    # exercises (kvlib/lessons/exercises): the verdict on a prediction, or on what a learner's own code computed
     "check.pending": {"en": "✏️ Replace <code>...</code> with your answer, then run this cell again.",
                       "zh": "✏️ 把 <code>...</code> 换成你的答案，再运行这个单元格。"},
     "check.right": {"en": "✅ <b>Right.</b>", "zh": "✅ <b>答对了。</b>"},
@@ -666,7 +666,7 @@ TEXT = {
     "stream.end": {"en": ".", "zh": "。"},
     "stream.expired": {"en": "Clock moved past the TTL: {n} blocks expired; the cache holds {held} now.",
                        "zh": "时钟已越过 TTL：{n} 个块过期了；缓存里现在有 {held} 个块。"},
-    # notebook 06: the price list (kvlib.pricing.table) and the long prompt's seats
+    # notebook 06: the price list (kvlib.lessons.pricing.table) and the long prompt's seats
     "pricing.provider": {"en": "provider", "zh": "服务商"},
     "pricing.mode": {"en": "mode", "zh": "模式"},
     "pricing.read": {"en": "read", "zh": "读"},

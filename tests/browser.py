@@ -29,7 +29,7 @@ TOKEN = "kvlib-test"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 LOCAL = {"127.0.0.1"}
-VIEWS = ".kv-view"  # the browser-drawn views (kvlib/views)
+VIEWS = ".kv-view"  # the browser-drawn views (kvlib/ui/views)
 
 
 def free_port():
@@ -50,7 +50,7 @@ def save_gpt2_format(out):
     downloaded GPT-2 sits on disk (and tiny's trained weights, so the lessons' claims still hold)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from kvlib import models
+    from kvlib.model import models
 
     AutoModelForCausalLM.from_pretrained(models.TINY_DIR).save_pretrained(out)
     AutoTokenizer.from_pretrained(models.TINY_DIR).save_pretrained(out)
@@ -338,7 +338,7 @@ def screenshots(page, name, selectors=(".jp-RenderedImage img", ".jupyter-widget
 
 
 # The README's pictures: the course's central views, each at a telling moment, shot from the pages `make site`
-# writes (kvlib/site.py): (notebook, picture, the view, what to do first)
+# writes (kvlib/tools/site.py): (notebook, picture, the view, what to do first)
 PICTURES = REPO / "docs" / "pictures"
 MIDWAY = lambda view: view.locator("input.kv-slider").fill(str(int(view.locator("input.kv-slider").get_attribute("max")) // 2))
 README_VIEWS = [
@@ -353,7 +353,7 @@ def pictures(out=PICTURES):
     """The README's pictures: notebooks 5 and 6 executed and written as pages, their central views shot into out."""
     import tempfile
 
-    from kvlib import site
+    from kvlib.tools import site
 
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, chromium() as browser:
@@ -372,12 +372,12 @@ def pictures(out=PICTURES):
             print(f"{out / name}.png")
 
 
-# ---- the site's live pages (kvlib/site.py, kvlib/live.js) ------------------------------------------------
+# ---- the site's live pages (kvlib/tools/site.py, kvlib/tools/live.js) ------------------------------------------------
 
 EXAMPLE = "The king is dead"  # the recorded run's text; the tests type others
 APPS = [
     ("markdown", "# Live\n\nThe apps a page can run itself.\n\n**Time:** a minute."),
-    ("code", "import kvlib\nfrom kvlib import views, widgets\nfrom kvlib.prompt_cache import ManualClock\n"
+    ("code", "import kvlib\nfrom kvlib.ui import views, widgets\nfrom kvlib.server.prompt_cache import ManualClock\n"
              "model = kvlib.load_model('tiny')"),
     ("code", f"widgets.Tokens(model, {EXAMPLE!r})"),
     ("code", f"widgets.AttentionExplorer(model, {EXAMPLE!r})"),
@@ -395,7 +395,7 @@ def live_site(root, models=True):
     True for tiny and SmolLM2 where it is on disk) into root/site; -> that folder."""
     import nbformat
 
-    from kvlib import site
+    from kvlib.tools import site
 
     def notebook(folder, lang=None):  # a translation's sets its language first
         first = [("code", f"import kvlib\nkvlib.set_language({lang!r})")] if lang else []
@@ -442,7 +442,7 @@ def live_figures(root):
     import torch
 
     import kvlib
-    from kvlib.measure import one_thread, timed
+    from kvlib.model.measure import one_thread, timed
 
     site = live_site(root)
     sizes = {p.name: p.stat().st_size for p in (site / "live").iterdir()}

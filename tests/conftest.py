@@ -22,7 +22,7 @@ import torch  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 import kvlib  # noqa: E402
-from kvlib import models  # noqa: E402
+from kvlib.model import models  # noqa: E402
 
 torch.set_num_threads(2)
 
@@ -213,7 +213,7 @@ def pytest_terminal_summary(terminalreporter):
 def toy_by_hand():
     """The toy cached step worked by hand from notebook 4's toy numbers, as a learner with a pencil would:
     each token's 3 numbers times W_K and W_V, the new one's times W_Q; scores over √2, softmax, weights · V."""
-    from kvlib.attention import TOY_E, TOY_NEXT_E, TOY_W
+    from kvlib.lessons.attention import TOY_E, TOY_NEXT_E, TOY_W
 
     times = lambda e, W: [sum(e[c] * W[c][j] for c in range(3)) for j in range(2)]  # [3] @ [3, 2]
     rows = [*TOY_E, TOY_NEXT_E]

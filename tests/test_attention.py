@@ -4,7 +4,7 @@
 import torch
 
 import kvlib
-from kvlib import attention, memory
+from kvlib.lessons import attention, memory
 
 
 def test_explain_equals_the_trace_and_transformers_weights(tiny, hf_tiny):

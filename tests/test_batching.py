@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from kvlib import KVLibError, generate, generate_batch
-from kvlib.batching import forward_rows
-from kvlib.generate import sample
-from kvlib.paged_cache import PagedKVCache
+from kvlib.server.batching import forward_rows
+from kvlib.server.generate import sample
+from kvlib.server.paged_cache import PagedKVCache
 
 from bounds import assert_logits_close, hf_logits
 from conftest import hf_greedy, hf_model

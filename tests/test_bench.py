@@ -5,9 +5,10 @@ import pytest
 import torch
 
 import kvlib
-from kvlib import bench, measure, models
-from kvlib.generate import generate
-from kvlib.prompt_cache import PromptCache
+from kvlib.model import measure, models
+from kvlib.server.generate import generate
+from kvlib.server.prompt_cache import PromptCache
+from kvlib.tools import bench
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ import torch
 
 import kvlib
 from kvlib import KVLibError
-from kvlib.batching import forward_rows
-from kvlib.blocks import BlockPool, ManualClock, block_keys, full_spans
-from kvlib.compression import heldout_ids
-from kvlib.generate import sample
-from kvlib.measure import random_ids
-from kvlib.paged_cache import PagedKVCache, blocks_for
+from kvlib.lessons.compression import heldout_ids
+from kvlib.model.measure import random_ids
+from kvlib.server.batching import forward_rows
+from kvlib.server.blocks import BlockPool, ManualClock, block_keys, full_spans
+from kvlib.server.generate import sample
+from kvlib.server.paged_cache import PagedKVCache, blocks_for
 
 from bounds import assert_logits_close, hf_logits
 from conftest import hf_greedy, hf_model
@@ -252,7 +252,7 @@ def test_a_pool_without_a_clock_reads_the_time_at_each_call(monkeypatch):
     t = 100 and let go expires once the time passes 100 + TTL (a pool that read the clock once, when it was
     built, would expire nothing)."""
     now = [100.0]
-    monkeypatch.setattr(kvlib.blocks.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(kvlib.server.blocks.time, "monotonic", lambda: now[0])
     pool = BlockPool(4, ttl_seconds=300)
     blocks = start(pool, [5, 6])
     for b in blocks:
@@ -274,7 +274,7 @@ def test_a_request_that_fails_mid_answer_gives_every_block_back(tiny, monkeypatc
     system = tiny.encode("The king is dead, long live the king. ") * 2
     first = pc.answer(system + [11], max_new_tokens=3)
     filed, pool = dict(pc.cache.pool.index), pc.cache.pool
-    calls, real = [0], kvlib.batching.forward_rows
+    calls, real = [0], kvlib.server.batching.forward_rows
 
     def failing(*args):  # every forward call of an answer goes through batching.forward_rows
         calls[0] += 1
@@ -282,7 +282,7 @@ def test_a_request_that_fails_mid_answer_gives_every_block_back(tiny, monkeypatc
             raise failure("planted")
         return real(*args)
 
-    monkeypatch.setattr(kvlib.batching, "forward_rows", failing)
+    monkeypatch.setattr(kvlib.server.batching, "forward_rows", failing)
     with pytest.raises(failure):
         pc.answer(system + [12] * 9, max_new_tokens=5)
     assert calls[0] == 3  # it failed where planted, mid-answer

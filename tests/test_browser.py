@@ -110,8 +110,8 @@ def test_the_labs_model_is_tiny_in_gpt2s_format(tiny, model):
 
 def test_01_generation_loop(browser, lab, model, smollm2):
     import kvlib
-    from kvlib.exercises.n01 import LINE  # the notebook's running example
-    from kvlib.generate import feed_loop
+    from kvlib.lessons.exercises.n01 import LINE  # the notebook's running example
+    from kvlib.server.generate import feed_loop
 
     page, errors = open_and_run(browser, lab, "01_generation_loop.ipynb", timeout_s=400)  # SmolLM2 cells
     check_clean(page, errors, "01")
@@ -141,8 +141,8 @@ def test_zh_01_generation_loop(browser, lab, model, smollm2):
     """The Chinese notebook 1: the chat app speaks Chinese (its labels, its status, why it stopped) and streams a
     Chinese prompt's answer, held back while a character is still arriving, as kvlib.generate writes it."""
     import kvlib
-    from kvlib.exercises.n01 import LINE  # the notebook's running example
-    from kvlib.generate import feed_loop
+    from kvlib.lessons.exercises.n01 import LINE  # the notebook's running example
+    from kvlib.server.generate import feed_loop
 
     page, errors = open_and_run(browser, lab, "zh/01_generation_loop.ipynb", timeout_s=400)  # SmolLM2 cells
     check_clean(page, errors, "zh/01")
@@ -164,7 +164,7 @@ def test_zh_01_generation_loop(browser, lab, model, smollm2):
     screenshots(page, "zh-01")
 
 def test_02_tokens(browser, lab, model):
-    from kvlib import tokenization
+    from kvlib.lessons import tokenization
 
     toks = tokenization.available(model)
     page, errors = open_and_run(browser, lab, "02_tokens.ipynb")
@@ -207,7 +207,7 @@ def reveal_answer(page, errors, name, button, shown):
 def test_zh_02_tokens(browser, lab, model):
     """The Chinese notebook 2 (one switch, kvlib.set_language("zh"), in its first cell): its apps and views speak
     Chinese, from a strip's title and a chip's tooltip to the exercise's button and answer."""
-    from kvlib import tokenization
+    from kvlib.lessons import tokenization
 
     page, errors = open_and_run(browser, lab, "zh/02_tokens.ipynb")
     check_clean(page, errors, "zh/02")
@@ -233,7 +233,7 @@ def test_zh_02_tokens(browser, lab, model):
 def test_zh_05_kv_cache(browser, lab, model):
     """The Chinese notebook 5: the cache's stack, its byte formula checked against cache.nbytes, the grid's
     controls and the worked step speak Chinese, with the kernel's own numbers."""
-    from kvlib.exercises.n05 import EXAMPLE
+    from kvlib.lessons.exercises.n05 import EXAMPLE
 
     prompt = model.encode(EXAMPLE)
     c = model.config
@@ -258,7 +258,7 @@ def test_zh_05_kv_cache(browser, lab, model):
 def test_zh_07_long_context_memory(browser, lab):
     """The Chinese notebook 7: the KV calculator speaks Chinese (its labels, its report, its GPU table), and
     choosing a model redraws its report in Chinese from the kernel."""
-    from kvlib import memory
+    from kvlib.lessons import memory
 
     page, errors = open_and_run(browser, lab, "zh/07_long_context_memory.ipynb", timeout_s=400)
     check_clean(page, errors, "zh/07")
@@ -281,8 +281,8 @@ def test_zh_07_long_context_memory(browser, lab):
 def test_zh_08_serving(browser, lab, model):
     """The Chinese notebook 8: its serving timelines speak Chinese (runs' names, figures, legend, a cell's tooltip)
     over the same schedule as the English, and section 3's Chinese system prompt is read from cached blocks."""
-    from kvlib import serving
-    from kvlib.exercises import n08
+    from kvlib.lessons.exercises import n08
+    from kvlib.server import serving
 
     page, errors = open_and_run(browser, lab, "zh/08_serving.ipynb", timeout_s=500)
     check_clean(page, errors, "zh/08")
@@ -308,7 +308,7 @@ def test_zh_08_serving(browser, lab, model):
 def test_zh_06_prompt_caching(browser, lab, model):
     """The Chinese notebook 6: its stream of requests on a Chinese system prompt speaks Chinese, from the blocks
     view's header, legend and a chip's tooltip to the app's button and status, and the exercise's answer."""
-    from kvlib import exercises
+    from kvlib.lessons import exercises
 
     page, errors = open_and_run(browser, lab, "zh/06_prompt_caching.ipynb", timeout_s=400)
     check_clean(page, errors, "zh/06")
@@ -339,7 +339,7 @@ def check_divergence(page, errors, name, app, tokenizer, edit):
     """A Divergence app: the prompts it offers, then edit(a, b) -> new prompts typed in; each time its note and
     strips show the shared tokens the tokenizer finds, and the first chip that differs says so on hover.
     -> the shared counts (as offered, after the edit)."""
-    from kvlib.tokenization import first_divergence
+    from kvlib.lessons.tokenization import first_divergence
 
     boxes = app.locator("input[type='text']")
 
@@ -373,8 +373,8 @@ def test_03_embeddings(browser, lab, model, smollm2):
     """The lookup shows the ids, then the table's rows, of what is typed; an exercise answered right and wrong
     in its cell; the map switches 1D / 2D / 3D and turns in the browser (no kernel frame); a hovered point
     names the kernel's word; the score beside it is the kernel's separation."""
-    from kvlib import embeddings
-    from kvlib.views import EmbeddingMap
+    from kvlib.lessons import embeddings
+    from kvlib.ui.views import EmbeddingMap
 
     sent = EmbeddingMap.of(smollm2)  # what the kernel sends the browser: words, families, scores
     n = len(sent.tokens)
@@ -438,7 +438,7 @@ def test_03_embeddings(browser, lab, model, smollm2):
 
 def check_lookup(page, errors, model):
     """Notebook 3's Lookup: its text's ids as chips; typed text, then the embedding rows of that text."""
-    from kvlib import embeddings
+    from kvlib.lessons import embeddings
 
     app = page.locator(".widget-vbox").filter(has=page.locator(".widget-toggle-buttons")).filter(
         has_text="embedding rows").first
@@ -493,7 +493,7 @@ def test_zh_03_embeddings(browser, lab, model, smollm2):
     """The Chinese notebook 3: the lookup's switch, the map's title, controls, score, legend and a point's
     tooltip in Chinese, around the model's own English tokens."""
     import kvlib
-    from kvlib.views import EmbeddingMap
+    from kvlib.ui.views import EmbeddingMap
 
     kvlib.set_language("zh")
     try:
@@ -521,7 +521,7 @@ def test_zh_03_embeddings(browser, lab, model, smollm2):
 
 def test_04_attention(browser, lab, model, smollm2):
     import kvlib
-    from kvlib import attention
+    from kvlib.lessons import attention
 
     king = "The king is dead, long live the"
     trace = kvlib.Trace()
@@ -592,7 +592,7 @@ def test_zh_04_attention(browser, lab, model, smollm2):
     """The Chinese notebook 4: the toy's English tokens with Chinese words around them, the worked step and the
     attention explorer in Chinese (their buttons, explanations, menus, tooltips and the row read aloud)."""
     import kvlib
-    from kvlib import attention, exercises
+    from kvlib.lessons import attention, exercises
 
     king = "The king is dead, long live the"
     trace = kvlib.Trace()
@@ -634,7 +634,7 @@ def test_a_long_prompts_grid_fetches_a_layer_once(browser, lab, smollm2):
     text = "Mary had a little lamb, its fleece was white as snow, and everywhere that Mary went the lamb was sure to go. " * 4
     trace = kvlib.Trace()
     smollm2.forward(smollm2.encode(text), trace=trace)
-    code = f"import kvlib\nfrom kvlib import views\nviews.AttentionGrid.of(kvlib.load_model('smollm2'), {text!r})"
+    code = f"import kvlib\nfrom kvlib.ui import views\nviews.AttentionGrid.of(kvlib.load_model('smollm2'), {text!r})"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)], metadata={"kernelspec": {
         "name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}}), Lab.root / "long.ipynb")
     page, errors = open_and_run(browser, lab, "long.ipynb")
@@ -658,7 +658,7 @@ def test_05_kv_cache_animates(browser, lab, model):
     layer of the cache, whose stack shows the new token alone climbing every layer; the worked step walks its
     seven parts."""
     import kvlib
-    from kvlib.exercises.n05 import EXAMPLE  # the notebook's running example
+    from kvlib.lessons.exercises.n05 import EXAMPLE  # the notebook's running example
 
     tiny = model  # the notebooks' default: tiny's weights
     prompt = tiny.encode(EXAMPLE)
@@ -757,8 +757,9 @@ def test_06_prompt_caching(browser, lab, model):
 
     import kvlib
     from browser import REPO
-    from kvlib import tokenization, widgets
-    from kvlib.prompt_cache import ManualClock
+    from kvlib.lessons import tokenization
+    from kvlib.server.prompt_cache import ManualClock
+    from kvlib.ui import widgets
 
     cells = json.loads((REPO / "notebooks" / "06_prompt_caching.ipynb").read_text())["cells"]
     code = lambda marker: next("".join(c["source"]) for c in cells if marker in "".join(c["source"]))
@@ -834,7 +835,7 @@ def test_06_prompt_caching(browser, lab, model):
 def check_budget_stream(page, errors, app, mirror):
     """The stream under a byte budget: each row is the mirror's receipt, the blocks evicted show gone (hover:
     evicted, when), Send says all are sent, Fast-forward expires what is held."""
-    from kvlib.views.blocks import GONE
+    from kvlib.ui.views.blocks import GONE
 
     app.scroll_into_view_if_needed()
     rows = app.locator(".kv-blocks tr.kv-request")
@@ -879,7 +880,7 @@ def check_budget_stream(page, errors, app, mirror):
 def test_07_long_context_memory(browser, lab):
     import re
 
-    from kvlib import memory
+    from kvlib.lessons import memory
 
     page, errors = open_and_run(browser, lab, "07_long_context_memory.ipynb", timeout_s=400)
     check_clean(page, errors, "07")
@@ -916,7 +917,7 @@ def test_08_serving(browser, lab, model):
     seeded stream on the same model (who runs when depends on the seed, never on the clock); a hover names the
     request and lights its cells in both runs, without asking the kernel. The engine's cells ran (make test builds
     it) and set its count of reused tokens beside kvlib's. An exercise typed right, then wrong."""
-    from kvlib import serving
+    from kvlib.server import serving
 
     page, errors = open_and_run(browser, lab, "08_serving.ipynb", timeout_s=500)
     check_clean(page, errors, "08")

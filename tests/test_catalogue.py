@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kvlib import KVLibError, longcontext, memory
-from kvlib.exercises import n07, n08
+from kvlib import KVLibError
+from kvlib.lessons import longcontext, memory
+from kvlib.lessons.exercises import n07, n08
 
 BF16 = 2  # bytes a number: the catalogue sizes caches in bf16
 

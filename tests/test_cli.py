@@ -41,7 +41,8 @@ def test_bench_runs_all_four_side_by_side(model):
 
 
 def test_bench_out_runs_the_whole_suite_on_the_device_asked(monkeypatch, tmp_path):
-    from kvlib import __main__, bench
+    from kvlib import __main__
+    from kvlib.tools import bench
 
     calls = []
     monkeypatch.setattr(bench, "suite", lambda out, device: calls.append((out, device)))

@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 
 import kvlib
-from kvlib import compression, models
-from kvlib.compression import GROUP
+from kvlib.lessons import compression
+from kvlib.lessons.compression import GROUP
+from kvlib.model import models
 
 from bounds import assert_logits_close, loss_bound
 

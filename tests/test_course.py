@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvlib import course
+from kvlib.tools import course
 
 REPO = Path(__file__).parent.parent
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kvlib import doctor, models
+from kvlib.model import models
+from kvlib.tools import doctor
 
 
 def doctor_cli(**env):

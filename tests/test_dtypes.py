@@ -6,7 +6,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import kvlib
-from kvlib import memory, models
+from kvlib.lessons import memory
+from kvlib.model import models
 
 from bounds import hf_logits, logit_bound
 from conftest import hf_model

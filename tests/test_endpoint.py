@@ -1,4 +1,4 @@
-"""kvlib.endpoint against a fake OpenAI-compatible server on 127.0.0.1, over real HTTP: a good stream is read
+"""kvlib.server.endpoint against a fake OpenAI-compatible server on 127.0.0.1, over real HTTP: a good stream is read
 whole, and every way a server can fail (an HTTP error, an error event, a stream cut short or garbled, no model,
 nobody listening) is a KVLibError that says what to do, never a half-read answer. No model, no llama.cpp: fast.
 
@@ -14,9 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvlib import endpoint
-from kvlib.endpoint import Endpoint, connect
 from kvlib.errors import KVLibError
+from kvlib.server import endpoint
+from kvlib.server.endpoint import Endpoint, connect
 
 KEY = "sk-right"  # the key the /locked server wants
 USAGE = {"prompt_tokens": 1024, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 1008}}  # vLLM's

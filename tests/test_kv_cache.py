@@ -148,7 +148,7 @@ def test_generate_continues_a_window_from_the_tokens_it_has_read_not_those_it_ho
 
 def test_only_a_whole_text_with_nothing_hidden_goes_to_the_kernel_as_plain_causal(tiny):
     """The forward pass drops the mask for torch's is_causal only when that is the very same mask."""
-    from kvlib.kv_cache import only_causal
+    from kvlib.model.kv_cache import only_causal
     mask = lambda cache, t: cache.admit(t)[1]  # noqa: E731
     assert only_causal(mask(kvlib.KVCache(1), 5))
     assert not only_causal(mask(kvlib.KVCache(1), 1))  # one token: nothing to skip

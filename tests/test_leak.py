@@ -5,7 +5,8 @@ from types import SimpleNamespace
 import matplotlib
 import pytest
 
-from kvlib import leak, longcontext, plots
+from kvlib.lessons import leak, longcontext
+from kvlib.ui import plots
 
 matplotlib.use("Agg")
 

@@ -11,8 +11,9 @@ import torch
 
 import kvlib
 from conftest import hf_greedy
-from kvlib import plots, tokenization
-from kvlib.generate import FEEDS, feed_loop, softmax_at, stream_pieces, temperature_probs
+from kvlib.lessons import tokenization
+from kvlib.server.generate import FEEDS, feed_loop, softmax_at, stream_pieces, temperature_probs
+from kvlib.ui import plots
 from test_widgets import texts_by_row
 
 

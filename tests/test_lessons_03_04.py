@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import kvlib
-from kvlib import attention, embeddings, memory, plots
+from kvlib.lessons import attention, embeddings, memory
+from kvlib.ui import plots
 from test_views_maps import pca_by_hand, separation_by_hand
 
 

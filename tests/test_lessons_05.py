@@ -10,9 +10,11 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from kvlib import KVLibError, cache_evidence, exercises, i18n, memory, plots, speed, widgets
-from kvlib.exercises import n05
-from kvlib.models import Config
+from kvlib import KVLibError, i18n
+from kvlib.lessons import cache_evidence, exercises, memory, speed
+from kvlib.lessons.exercises import n05
+from kvlib.model.models import Config
+from kvlib.ui import plots, widgets
 
 from bounds import assert_logits_close, hf_logits, logit_bound
 from conftest import cached_loop
@@ -37,7 +39,7 @@ def test_old_rows_never_change_when_a_token_is_added(model):
 
 def test_old_rows_change_would_see_a_change(tiny, monkeypatch):
     """Without the causal mask an old token would see the new one: the same measure then reports it."""
-    from kvlib import kv_cache
+    from kvlib.model import kv_cache
 
     monkeypatch.setattr(kv_cache, "causal_mask", lambda q_pos, k_pos, *window: torch.zeros(len(q_pos), len(k_pos)))
     change = cache_evidence.old_rows_change(tiny, [5, 17, 99, 3], new_id=11)
@@ -151,7 +153,7 @@ def test_stand_ins_replace_the_named_layers_only(tiny, monkeypatch):
 def test_o_for_v_in_one_layer(tiny):
     """The first token's O is its V; the change in what the new token reads is w·(O - V), which the "K and O"
     step's own trace shows as the change of its attention output there."""
-    from kvlib.trace import Trace
+    from kvlib.model.trace import Trace
 
     ids, new_id, layer = [5, 17, 99, 3], 11, 2
     apart, read = cache_evidence.o_for_v_in_one_layer(tiny, ids, new_id, layer)
@@ -210,7 +212,7 @@ def test_the_new_row_uses_no_old_query(request, name):
 
 def test_attention_row_is_the_models_attention(small_llama):
     """By hand, grouped heads included: the row equals the model's own cached step, as traced."""
-    from kvlib.trace import Trace
+    from kvlib.model.trace import Trace
 
     cache, trace = small_llama.new_cache(), Trace()
     small_llama.forward([5, 17, 99], cache=cache)
@@ -357,7 +359,7 @@ def test_growth_reads_a_timed_curve_as_it_came_out():
 def test_prompt_caching_by_length_takes_the_order_out(tiny, monkeypatch):
     """Every length warm in its own cache, then a round untimed, then round after round each length in turn
     (cold, warm): no length is timed first, cold, alone. Counted from the prefills' calls, not from a clock."""
-    from kvlib.prompt_cache import PromptCache
+    from kvlib.server.prompt_cache import PromptCache
     calls, real = [], PromptCache.prefill
     monkeypatch.setattr(PromptCache, "prefill", lambda self, prompt, *a, **k: calls.append(len(prompt))
                         or real(self, prompt, *a, **k))

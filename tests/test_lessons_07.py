@@ -9,7 +9,10 @@ import torch
 from matplotlib.figure import Figure
 from transformers import GPT2Config
 
-from kvlib import KVLibError, exercises, i18n, longcontext, memory, models, plots, speed, widgets
+from kvlib import KVLibError, i18n
+from kvlib.lessons import exercises, longcontext, memory, speed
+from kvlib.model import models
+from kvlib.ui import plots, widgets
 
 
 def test_step_seconds_by_context(tiny):
@@ -206,7 +209,7 @@ def test_prompt_caching_keeps_every_run_for_the_report(tiny, capsys):
 def test_prompt_caching_warms_up_takes_turns_and_times_on_one_thread(tiny, monkeypatch):
     """A round untimed, then each round none, cold, warm in turn, every forward pass on one CPU thread. Counted
     from the forward passes' calls (tokens fed, threads), not from a clock."""
-    from kvlib import batching
+    from kvlib.server import batching
     calls, bare, paged = [], type(tiny).forward, batching.forward_rows
     monkeypatch.setattr(type(tiny), "forward", lambda self, ids, *a, **k: calls.append(
         ("none", len(ids), torch.get_num_threads())) or bare(self, ids, *a, **k))

@@ -19,7 +19,8 @@ import torch
 
 import kvlib
 from browser import CACHE_ROWS, EXAMPLE, GRID_ROWS, chromium, live_site, served
-from kvlib import site, views
+from kvlib.tools import site
+from kvlib.ui import views
 from test_site import OFFLINE, SITE, check_offline, open_offline
 
 PROMPT, NEW = "Mary had a little", 5
@@ -105,7 +106,7 @@ def live(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def stored():  # tiny as the page computes it: its weights rounded to fp16, each multiply in fp32
-    from kvlib import webmodel
+    from kvlib.tools import webmodel
 
     return webmodel.stored(kvlib.load_model("tiny"))
 
@@ -143,7 +144,7 @@ def by_step(view, rows):
 def within(model, ids, got, what):
     """got: the page's {weights: [L][nh][T][T] of the whole text, and/or k: per layer [nkv * T * hs]} against kvlib
     on the same ids, by webmodel's bound (each output's own fp32 error, measured against float64, times its factor)."""
-    from kvlib import webmodel
+    from kvlib.tools import webmodel
 
     want, exact = {}, {}
     for name, m in (("ours", model), ("exact", webmodel.in_float64(model))):
@@ -202,7 +203,8 @@ HELD_OUT = ("Check out ngrok.ai", "Will will Will's will be done?", "轩辕养�
 def test_page_02_cuts_the_learners_text_as_kvlib_does(browser, live):
     """The page's strips are the Python app's: the model's tokenizer and GPT-2's, chips, ids, bytes and titles
     equal to widgets.Tokens' data for the same text (English, Chinese and an emoji: a character cut in two)."""
-    from kvlib import tokenization, widgets
+    from kvlib.lessons import tokenization
+    from kvlib.ui import widgets
 
     model = kvlib.load_model("tiny")
     own, gpt2 = tokenization.for_model(model), tokenization.gpt2()

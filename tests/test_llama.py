@@ -11,7 +11,9 @@ from hypothesis import HealthCheck, example, given, settings
 from transformers import LlamaForCausalLM
 
 import kvlib
-from kvlib import attention, embeddings, memory, models, views, widgets
+from kvlib.lessons import attention, embeddings, memory
+from kvlib.model import models
+from kvlib.ui import views, widgets
 
 from bounds import assert_logits_close, hf_cached_vs_uncached, logit_bound
 from conftest import hf_greedy

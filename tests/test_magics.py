@@ -35,14 +35,14 @@ def test_a_failing_cell_still_fails(smollm2, tmp_path):
         execute(["import kvlib", "%%needs smollm2\n1 / 0"], tmp_path)
 
 
-ENGINE_CELLS = ["import kvlib", "%%needs smollm2 engine\nfrom kvlib import engine\ny = engine.Engine().command()[0]\n'ok'",
+ENGINE_CELLS = ["import kvlib", "%%needs smollm2 engine\nfrom kvlib.server import llamacpp\ny = llamacpp.Engine().command()[0]\n'ok'",
                 "print('after', globals().get('y') is not None)"]
 
 
 @pytest.mark.engine
 def test_runs_where_the_engine_is(smollm2, tmp_path):
     """`make engine` built llama.cpp's server and fetched SmolLM2's GGUF (make test does): the cell runs."""
-    from kvlib import magics
+    from kvlib.ui import magics
 
     assert magics.missing("engine") is None, magics.missing("engine")
     out = execute(ENGINE_CELLS, tmp_path)

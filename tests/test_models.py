@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from kvlib import models
+from kvlib.model import models
 
 from test_errors import NO_NETWORK
 

@@ -43,7 +43,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from kvlib import exercises
+from kvlib.lessons import exercises
 
 ENGLISH = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 # the translations (notebooks/zh/...: tools/translation.py keeps them in step): each a lesson, run once per set-up
@@ -326,7 +326,7 @@ def test_notebook_runs_without_smollm2(path):
 
 def test_the_reading_finds_what_would_fail_without_smollm2():
     """The reading fails where a run without SmolLM2 would, and passes a cell that rebinds the name first."""
-    needs = f"{NEEDS}\nsmol = kvlib.load_model('smollm2')\nfrom kvlib import leak as lk"
+    needs = f"{NEEDS}\nsmol = kvlib.load_model('smollm2')\nfrom kvlib.lessons import leak as lk"
     assert without_smollm2([needs, "print(smol.name)"]) == ["reads 'smol', bound only in `%%needs` cells: print(smol.name)"]
     assert len(without_smollm2([needs, "lk.run()"])) == 1  # an import is a binding too
     assert without_smollm2([needs, "smol = model", "print(smol.name)"]) == []
@@ -335,9 +335,9 @@ def test_the_reading_finds_what_would_fail_without_smollm2():
         [f"kvlib.load_model('smollm2') without `{NEEDS}`: smol = kvlib.load_model('smollm2')"]
     assert without_smollm2(['exercises.check("03.king_queen_or_table", "a", smol)']) == \
         [f'exercise 03.king_queen_or_table without `{NEEDS}`: exercises.check("03.king_queen_or_table", "a", smol)']
-    engine = "%%needs engine\nserver = kvlib.engine.Engine().start()"  # skipped without llama.cpp's server
+    engine = "%%needs engine\nserver = kvlib.server.llamacpp.Engine().start()"  # skipped without llama.cpp's server
     assert without_smollm2([engine, "server.stop()"]) == ["reads 'server', bound only in `%%needs` cells: server.stop()"]
-    assert without_smollm2([f"{NEEDS} engine\nserver = kvlib.engine.Engine().start()", "server.stop()"]) != []
+    assert without_smollm2([f"{NEEDS} engine\nserver = kvlib.server.llamacpp.Engine().start()", "server.stop()"]) != []
     assert without_smollm2(["%%needs engine\nsmol = kvlib.load_model('smollm2')"]) == \
         [f"kvlib.load_model('smollm2') without `{NEEDS}`: %%needs engine\nsmol = kvlib.load_model('smollm2')"]
     assert without_smollm2([f"{NEEDS} engine\nsmol = kvlib.load_model('smollm2')"]) == []

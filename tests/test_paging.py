@@ -2,7 +2,9 @@
 
 import pytest
 
-from kvlib import KVLibError, paging
+from kvlib import KVLibError
+from kvlib.lessons import paging
+from kvlib.model import measure
 
 
 def test_one_request_counted_step_by_step():
@@ -22,7 +24,7 @@ def test_finished_sequences_and_the_default_reserve():
 
 
 def test_a_stream_wastes_what_the_paper_measured():
-    lengths = paging.request_lengths(500, seed=1)
+    lengths = measure.request_lengths(500, seed=1)
     r = paging.simulate(lengths, block_size=16, reserve=2048)
     assert r["contiguous"]["used"] == r["paged"]["used"]
     assert r["contiguous"]["waste"] > 0.5  # Kwon et al. 2023: 20.4-38.2 % of the memory held tokens
@@ -33,8 +35,8 @@ def test_a_stream_wastes_what_the_paper_measured():
 
 
 def test_request_lengths_are_reproducible_and_bounded():
-    a = paging.request_lengths(200, seed=3, max_len=300)
-    assert a == paging.request_lengths(200, seed=3, max_len=300) != paging.request_lengths(200, seed=4, max_len=300)
+    a = measure.request_lengths(200, seed=3, max_len=300)
+    assert a == measure.request_lengths(200, seed=3, max_len=300) != measure.request_lengths(200, seed=4, max_len=300)
     assert len(a) == 200 and all(p >= 1 and o >= 1 and p + o <= 300 for p, o in a)
 
 
@@ -54,6 +56,6 @@ def test_bad_input():
     with pytest.raises(KVLibError, match="block_size"):
         paging.simulate([3], block_size=0)
     with pytest.raises(KVLibError, match=r"n \(requests\) must be a whole number, at least 1, not 0"):
-        paging.request_lengths(0)
+        measure.request_lengths(0)
     with pytest.raises(KVLibError, match="max_len .* at least 2, not 0"):
-        paging.request_lengths(3, max_len=0)
+        measure.request_lengths(3, max_len=0)

@@ -7,7 +7,7 @@ import torch
 from transformers import GPT2LMHeadModel
 
 import kvlib
-from kvlib import batching, serving
+from kvlib.server import batching, serving
 
 from bounds import assert_logits_close, hf_cached_vs_uncached, hf_logits, logit_bound
 from conftest import hf_greedy, hf_model

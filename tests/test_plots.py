@@ -2,7 +2,7 @@
 
 import pytest
 
-from kvlib import plots
+from kvlib.ui import plots
 
 
 def test_step_trend_is_theil_sen_one_slow_point_does_not_tilt_it():

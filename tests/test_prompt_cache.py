@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvlib
-from kvlib.blocks import chains
-from kvlib.paged_cache import blocks_for
+from kvlib.server.blocks import chains
+from kvlib.server.paged_cache import blocks_for
 
 from bounds import assert_logits_close
 from conftest import hf_greedy
@@ -95,7 +95,7 @@ def test_ttl_expires_entries_after_their_last_use(tiny):
 
 def test_lru_evicts_the_least_recently_used_under_the_budget(tiny):
     clock = Clock()
-    from kvlib import memory
+    from kvlib.lessons import memory
     per_block = 8 * memory.model_kv_bytes_per_token(tiny.config)
     pc = kvlib.PromptCache(tiny, block_size=8, max_bytes=4 * per_block, clock=clock)
     a, b, c = ids(17, 1), ids(17, 2), ids(17, 3)  # two blocks each
@@ -115,7 +115,7 @@ def test_lru_evicts_the_least_recently_used_under_the_budget(tiny):
 
 @pytest.mark.slow
 def test_the_byte_budget_holds_over_thousands_of_requests(tiny):
-    from kvlib import memory
+    from kvlib.lessons import memory
     clock, rng = Clock(), random.Random(0)
     budget = 37 * 4 * memory.model_kv_bytes_per_token(tiny.config) + 123  # not a multiple of a block
     pc = kvlib.PromptCache(tiny, block_size=4, max_bytes=budget, ttl_seconds=50, clock=clock)
@@ -300,8 +300,8 @@ def test_bad_input(tiny):
 
 
 def test_pricing_follows_the_receipt():
-    from kvlib import pricing
-    from kvlib.prompt_cache import Receipt
+    from kvlib.lessons import pricing
+    from kvlib.server.prompt_cache import Receipt
     anthropic, openai = pricing.PRICING["anthropic-5m"], pricing.PRICING["openai-gpt-5"]
     r = Receipt(input_tokens=2000, cached_tokens=1500, written_tokens=400)
     assert pricing.cost(r, anthropic) == 1500 * 0.1 + 400 * 1.25 + 100
@@ -314,7 +314,7 @@ def test_pricing_follows_the_receipt():
 def test_stream_app_shows_each_requests_blocks(tiny):
     import matplotlib
     matplotlib.use("Agg")
-    from kvlib import widgets
+    from kvlib.ui import widgets
     clock = Clock()
     pc = kvlib.PromptCache(tiny, block_size=8, ttl_seconds=300, clock=clock)
     system = "You are Puck, a helpful sprite. Answer in verse. " * 2
@@ -337,7 +337,7 @@ def test_stream_app_shows_each_requests_blocks(tiny):
 
 def test_manual_clock_moves_only_forward():
     import pytest
-    from kvlib.prompt_cache import ManualClock
+    from kvlib.server.prompt_cache import ManualClock
     clock = ManualClock()
     assert clock() == 0 and clock.advance(301) == 301 and clock() == 301
     with pytest.raises(ValueError, match="forward"):
@@ -379,7 +379,7 @@ def test_explicit_mode_finds_a_marked_prefix_however_each_request_cut_it(tiny):
 def test_a_block_written_after_another_requests_blocks_sits_below_them(tiny):
     """Its depth follows its parent, whoever wrote that; room is made by evicting any unheld leaf, never a block
     of its own prefix (the filing holds them)."""
-    from kvlib.prompt_cache import ManualClock
+    from kvlib.server.prompt_cache import ManualClock
     prefix = ids(95, 1)
     pc = kvlib.PromptCache(tiny, mode="explicit")
     pc.prefill(prefix[:80], cache_control=[10, 77])            # 0-10 (a part, depth 0); 4 full blocks, then 64-77
@@ -449,8 +449,8 @@ def test_an_answer_is_generates_and_stops_where_it_stops(tiny):
 
 def test_each_mode_is_priced_by_its_own_provider_only(tiny):
     import pytest
-    from kvlib import pricing
-    from kvlib.prompt_cache import Receipt
+    from kvlib.lessons import pricing
+    from kvlib.server.prompt_cache import Receipt
     assert {p.mode for p in pricing.AUTOMATIC.values()} == {"automatic"}
     assert {p.mode for p in pricing.EXPLICIT.values()} == {"explicit"}
     assert all(p.write == 1.0 and p.step == 128 and p.min_tokens == 1024 for p in pricing.AUTOMATIC.values())
@@ -470,7 +470,7 @@ def test_each_mode_is_priced_by_its_own_provider_only(tiny):
 
 
 def test_a_provider_like_cache_follows_its_rules(tiny):
-    from kvlib import pricing
+    from kvlib.lessons import pricing
     pc = pricing.prompt_cache(tiny, pricing.PRICING["openai-gpt-5"])
     assert (pc.mode, pc.block_size, pc.min_tokens, pc.ttl) == ("automatic", 128, 1024, 300)
     pc = pricing.prompt_cache(tiny, pricing.PRICING["anthropic-1h"])
@@ -481,8 +481,9 @@ def test_a_provider_like_cache_follows_its_rules(tiny):
 
 def test_stream_prices_rows_evicts_under_a_budget_and_reads_fully(tiny):
     import pytest
-    from kvlib import pricing, widgets
-    from kvlib.prompt_cache import ManualClock
+    from kvlib.lessons import pricing
+    from kvlib.server.prompt_cache import ManualClock
+    from kvlib.ui import widgets
     per_block = 16 * memory_bytes(tiny)
     system = [ids(40, s) for s in (1, 2, 3)]  # 2 full blocks each before the question
     pc = kvlib.PromptCache(tiny, block_size=16, max_bytes=4 * per_block, clock=ManualClock())
@@ -505,8 +506,9 @@ def test_stream_prices_rows_evicts_under_a_budget_and_reads_fully(tiny):
 
 
 def test_a_refused_request_in_the_stream_leaves_the_clock_where_it_was(tiny):
-    from kvlib import pricing, widgets
-    from kvlib.prompt_cache import ManualClock
+    from kvlib.lessons import pricing
+    from kvlib.server.prompt_cache import ManualClock
+    from kvlib.ui import widgets
     pc = kvlib.PromptCache(tiny, block_size=16, mode="explicit", clock=ManualClock())
     requests = [("fine", "acme", ids(40, 1), 32), ("bad mark", "acme", ids(40, 2), 99)]  # 99: past its 40 tokens
     app = widgets.PromptCacheStream(pc, requests, pricing.PRICING["anthropic-5m"])
@@ -518,7 +520,7 @@ def test_a_refused_request_in_the_stream_leaves_the_clock_where_it_was(tiny):
 
 
 def memory_bytes(model):
-    from kvlib import memory
+    from kvlib.lessons import memory
     return memory.model_kv_bytes_per_token(model.config)
 
 
@@ -597,8 +599,8 @@ def test_eviction_under_a_byte_budget_while_a_request_runs(tiny, monkeypatch):
     pool checks each drop as it happens (test_blocks.Watched: an unheld leaf, least recently used first); after
     every step no live request has lost a block and no filed block has lost its parent; the answer is
     generate's, and stops as generate stops."""
-    from kvlib import batching
-    clock = kvlib.prompt_cache.ManualClock()
+    from kvlib.server import batching
+    clock = kvlib.server.prompt_cache.ManualClock()
     per_block = 4 * memory_bytes(tiny)
     pc = kvlib.PromptCache(tiny, block_size=4, max_bytes=6 * per_block, ttl_seconds=30, clock=clock)
     pc.cache.pool = Watched(1, ttl_seconds=30, clock=clock)  # the same pool, checking each drop
@@ -664,7 +666,7 @@ def test_a_chat_hit_turn_by_turn_reads_every_earlier_turn_in_place(tiny):
 def test_anthropic_prices_use_the_lowest_published_minimum():
     """The explicit-mode price lists stand for every Claude model, so their minimum is the lowest any
     model publishes; a model with a higher one would leave a prefix uncached that these prices cache."""
-    from kvlib import pricing
+    from kvlib.lessons import pricing
     lowest = min(pricing.ANTHROPIC_MIN_TOKENS.values())
     assert all(p.min_tokens == lowest for p in pricing.EXPLICIT.values())
     assert max(pricing.ANTHROPIC_MIN_TOKENS.values()) == 4 * lowest  # 1,024 to 4,096: the notebook says so
@@ -691,8 +693,8 @@ def test_the_cache_holds_only_the_prompts_k_and_v_never_the_answer(request, name
 
 
 def test_the_stream_of_a_cache_without_a_ttl_offers_no_fast_forward(tiny):
-    from kvlib import widgets
-    from kvlib.prompt_cache import ManualClock
+    from kvlib.server.prompt_cache import ManualClock
+    from kvlib.ui import widgets
     forever = widgets.PromptCacheStream(kvlib.PromptCache(tiny, ttl_seconds=float("inf"), clock=ManualClock()), [])
     assert forever.forward.disabled and forever.forward.description == "No TTL: entries never expire"
     forever.fast_forward()
@@ -706,9 +708,9 @@ def test_the_stream_of_a_cache_without_a_ttl_offers_no_fast_forward(tiny):
 
 
 def test_a_stream_too_long_to_draw_says_so_in_place(tiny, monkeypatch):
-    from kvlib import widgets
-    from kvlib.prompt_cache import ManualClock
-    from kvlib.views import base
+    from kvlib.server.prompt_cache import ManualClock
+    from kvlib.ui import widgets
+    from kvlib.ui.views import base
     monkeypatch.setattr(base, "MAX_STATE_BYTES", 20_000)  # the page's limit, lowered so two requests pass it
     requests = [(f"r{k}", "acme", ids(200, k)) for k in range(4)]
     app = widgets.PromptCacheStream(kvlib.PromptCache(tiny, block_size=4, clock=ManualClock()), requests)

@@ -6,9 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvlib.blocks import block_keys
-from kvlib import KVLibError, i18n, plots, routing
-from kvlib.measure import random_ids
+from kvlib import KVLibError, i18n
+from kvlib.lessons import routing
+from kvlib.model.measure import random_ids
+from kvlib.server.blocks import block_keys
+from kvlib.ui import plots
 
 
 def test_prefix_hash_routing_hits_on_every_repeat(tiny):

@@ -11,9 +11,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from kvlib import KVLibError, batching, memory, paging, serving
-from kvlib.compression import heldout_ids
-from kvlib.measure import one_thread, random_ids
+from kvlib import KVLibError
+from kvlib.lessons import memory
+from kvlib.lessons.compression import heldout_ids
+from kvlib.model import measure
+from kvlib.model.measure import one_thread, random_ids
+from kvlib.server import batching, serving
 from conftest import hf_greedy, hf_model
 
 
@@ -288,8 +291,8 @@ def test_request_stream_is_seeded_and_scaled(tiny):
     assert all(1 <= len(r.prompt_ids) and 1 <= r.max_new_tokens and len(r.prompt_ids) + r.max_new_tokens <= 64
                for r in a)
     assert all(0 <= t < tiny.config.vocab_size for r in a for t in r.prompt_ids)
-    assert paging.request_lengths(50, seed=2, scale=1.0) == paging.request_lengths(50, seed=2)  # the default stays
-    small = paging.request_lengths(2001, seed=0, scale=0.1)
+    assert measure.request_lengths(50, seed=2, scale=1.0) == measure.request_lengths(50, seed=2)  # the default stays
+    small = measure.request_lengths(2001, seed=0, scale=0.1)
     prompts, answers = sorted(p for p, _ in small), sorted(o for _, o in small)
     assert 12 <= prompts[1000] <= 18 and 7 <= answers[1000] <= 11  # medians ~15 and ~9 (e^5 and e^4.5, over 10)
 
@@ -371,7 +374,7 @@ def test_batch_rates_times_each_decode_step_then_its_bare_matmuls(tiny, monkeypa
     meet the machine in the same state), every size in every round after a warm-up round; the fastest of each kept,
     so the share of a step the matmuls take is read off the same two numbers. The times are given here (no clock):
     what is timed when, and which time counts, is pinned; which is faster is the machine's to say."""
-    from kvlib import speed
+    from kvlib.lessons import speed
 
     given = {"batch_rates": iter([0.001] * 4 + [0.010, 0.008, 0.020, 0.030] + [0.009, 0.012, 0.016, 0.040]),
              "matmul_pass": iter([0.0001] * 4 + [0.004, 0.005, 0.016, 0.012] + [0.003, 0.006, 0.013, 0.020])}

@@ -1,4 +1,4 @@
-"""make site's pages (kvlib/site.py) in Chromium, opened from file:// with the network cut: every view draws
+"""make site's pages (kvlib/tools/site.py) in Chromium, opened from file:// with the network cut: every view draws
 with no kernel, hovers show the run's numbers, Play steps, the 3D map turns, no request leaves the page and
 the console stays clean; the numbers a page shows are those the executed notebook printed.
 
@@ -17,13 +17,13 @@ import pytest
 
 from browser import (CACHE_ROWS, GRID_ROWS, README_VIEWS, REPO, Recorder, chromium, drag_across, js_num, play_through,
                      served, tip)
-from kvlib import site
+from kvlib.tools import site
 
 PROMPT, NEW = "The king is dead", 4  # the grid and the cache: 4 tokens generated, 3 fed back
 LONG = "To be, or not to be, that is the question. " * 12  # 150-odd tokens: a view holds one layer of 4, not all
 SMALL = [
     ("markdown", "# A small page\n\nThe cache of a short prompt, **step by step**.\n\n**Time:** a minute."),
-    ("code", "import kvlib\nfrom kvlib import views, widgets\nfrom kvlib.prompt_cache import ManualClock\n"
+    ("code", "import kvlib\nfrom kvlib.ui import views, widgets\nfrom kvlib.server.prompt_cache import ManualClock\n"
              "model = kvlib.load_model('tiny')\nprint(model)"),
     ("code", f"grid = widgets.GridFilling(model, {PROMPT!r}, new_tokens={NEW})\ngrid"),
     ("code", "w = grid.traces[-1].layers[0].weights[0]\nprint(f'the last row looks at the first token: {w[-1, 0]:.3f}')"),
@@ -37,7 +37,7 @@ SMALL = [
     ("code", "print(f'the second request read {stream.results[1].prefill.receipt.cached_tokens} tokens from the cache')"),
     ("code", "widgets.EmbeddingSpace(model, dims=3)"),
     ("code", f"views.AttentionGrid.of(model, {LONG!r})  # too long to send every layer: the others on request"),
-    ("exercise", "from kvlib import exercises\nmy_answer = ...\nexercises.check('05.k_rows', my_answer, model)"),
+    ("exercise", "from kvlib.lessons import exercises\nmy_answer = ...\nexercises.check('05.k_rows', my_answer, model)"),
 ]
 VIEWS = 5  # the grid, the cache, the prompt-cache blocks, the embedding map, the long prompt's grid
 GRID = ".kv-att:has(input.kv-slider:not([max='0']))"  # an attention grid that steps (a prefill's alone does not)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvlib import attention, views
+from kvlib.lessons import attention
+from kvlib.ui import views
 
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "04_attention.ipynb"
 INF = float("-inf")

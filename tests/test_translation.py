@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 import kvlib
-from kvlib import embeddings, exercises, i18n, tokenization, widgets
+from kvlib import i18n
+from kvlib.lessons import embeddings, exercises, tokenization
+from kvlib.ui import widgets
 
 REPO = Path(__file__).parent.parent
 sys.path.insert(0, str(REPO / "tools"))
@@ -195,10 +197,10 @@ def test_every_family_of_words_has_its_names():
 
 def test_the_prompt_cache_stream_speaks_chinese_and_english(tiny, zh):
     """Notebook 6's app, its blocks view, the price list and the seat list in Chinese; the same app in English."""
-    from kvlib import pricing
-    from kvlib.prompt_cache import ManualClock
+    from kvlib.lessons import pricing
+    from kvlib.server.prompt_cache import ManualClock
     from kvlib.texttable import width
-    from kvlib.views import PromptBlocks
+    from kvlib.ui.views import PromptBlocks
 
     system = "你是迫克，一个乐于助人的小精灵。" * 4
     pc = kvlib.PromptCache(tiny, block_size=16, ttl_seconds=300, clock=ManualClock())
@@ -228,8 +230,8 @@ def test_the_prompt_cache_stream_speaks_chinese_and_english(tiny, zh):
 
 
 def test_the_chat_and_the_loops_pictures_speak_chinese(tiny, zh):
-    from kvlib import plots
-    from kvlib.generate import feed_loop
+    from kvlib.server.generate import feed_loop
+    from kvlib.ui import plots
 
     chat = widgets.Chat(tiny, "从前有座山，山里有座庙，庙里", max_new_tokens=6)
     assert (chat.prompt.description, chat.max_tokens.description, chat.send.description) == ("提示词", "token 上限", "发送")
@@ -250,8 +252,8 @@ def test_the_chat_and_the_loops_pictures_speak_chinese(tiny, zh):
 def test_in_chinese_a_finished_request_still_gives_its_blocks_back(tiny, zh):
     """Stops are codes that code compares; only their words are translated: under Chinese, serving, batching and
     the prompt cache end each request where English does and release its blocks, and its words are Chinese."""
-    from kvlib import serving
-    from kvlib.batching import generate_batch
+    from kvlib.server import serving
+    from kvlib.server.batching import generate_batch
 
     pc = kvlib.PromptCache(tiny, block_size=4)
     answer = pc.answer(tiny.encode("The king is dead, long live the"), max_new_tokens=3)

@@ -9,8 +9,9 @@ import torch
 
 import kvlib
 from conftest import hf_greedy, toy_by_hand
-from kvlib import tokenization, views
-from kvlib.views import base
+from kvlib.lessons import tokenization
+from kvlib.ui import views
+from kvlib.ui.views import base
 
 
 def decode_by_hand(model, prompt, steps):  # -> tokens fed, cache.nbytes after each step, the final cache
@@ -74,7 +75,7 @@ def test_tokens_view_of_another_tokenizer():
 
 @pytest.mark.parametrize("name", ["tiny", "smollm2"])
 def test_matrix_view_is_the_tensor_rounded(name, request):
-    from kvlib import embeddings
+    from kvlib.lessons import embeddings
 
     model = request.getfixturevalue(name)
     ids = model.encode("Mary had a little")

@@ -7,9 +7,9 @@ import torch
 
 import kvlib
 from conftest import hf_greedy
-from kvlib import widgets
-from kvlib.views import AttentionGrid
-from kvlib.views.base import MAX_STATE_BYTES
+from kvlib.ui import widgets
+from kvlib.ui.views import AttentionGrid
+from kvlib.ui.views.base import MAX_STATE_BYTES
 
 LONG = "Mary had a little lamb, its fleece was white as snow, and everywhere that Mary went the lamb was sure to go. " * 3
 

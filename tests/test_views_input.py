@@ -1,4 +1,4 @@
-"""Bad input to every view in kvlib.views: a wrong type, mismatched lengths or shapes, an empty list, an index out of
+"""Bad input to every view in kvlib.ui.views: a wrong type, mismatched lengths or shapes, an empty list, an index out of
 range, NaN. Each is refused with a KVLibError whose message says what to pass instead, before anything is sent to the
 browser; ServingTimeline shows data it cannot draw in place, as its page does. Only tiny and hand-made tensors."""
 
@@ -7,9 +7,12 @@ import pytest
 import torch
 
 import kvlib
-from kvlib import KVLibError, serving, tokenization, views
-from kvlib.prompt_cache import ManualClock
-from kvlib.views import AttentionGrid, CacheGrowth, DecodeStep, EmbeddingMap, Matrix, PromptBlocks, ServingTimeline, \
+from kvlib import KVLibError
+from kvlib.lessons import tokenization
+from kvlib.server import serving
+from kvlib.server.prompt_cache import ManualClock
+from kvlib.ui import views
+from kvlib.ui.views import AttentionGrid, CacheGrowth, DecodeStep, EmbeddingMap, Matrix, PromptBlocks, ServingTimeline, \
     Tokens
 
 NAN, INF = float("nan"), float("inf")

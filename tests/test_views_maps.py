@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 import kvlib
-from kvlib import embeddings, widgets
-from kvlib.prompt_cache import ManualClock
-from kvlib.views import EmbeddingMap, PromptBlocks
-from kvlib.views.base import MAX_STATE_BYTES
+from kvlib.lessons import embeddings
+from kvlib.server.prompt_cache import ManualClock
+from kvlib.ui import widgets
+from kvlib.ui.views import EmbeddingMap, PromptBlocks
+from kvlib.ui.views.base import MAX_STATE_BYTES
 
 
 @pytest.fixture(params=["tiny", "smollm2"])

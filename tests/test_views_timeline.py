@@ -8,10 +8,11 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
-from kvlib import KVLibError, serving
-from kvlib.measure import one_thread, random_ids
-from kvlib.views import ServingTimeline
-from kvlib.views.base import MAX_STATE_BYTES
+from kvlib import KVLibError
+from kvlib.model.measure import one_thread, random_ids
+from kvlib.server import serving
+from kvlib.ui.views import ServingTimeline
+from kvlib.ui.views.base import MAX_STATE_BYTES
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The page's model (kvlib/webmodel.py): tiny's ONNX graph equals kvlib's forward pass within the bound the
+"""The page's model (kvlib/tools/webmodel.py): tiny's ONNX graph equals kvlib's forward pass within the bound the
 module states, for a prefill and for cached steps fed the graph's own K and V, on held-out English, Chinese
 and emoji text; SmolLM2's quantized graph agrees with kvlib as stated (slow)."""
 
@@ -7,8 +7,10 @@ import onnx
 import pytest
 import torch
 
-from kvlib import KVLibError, Trace, generate, webmodel, weights_file
-from kvlib.webmodel import OUTPUTS
+from kvlib import KVLibError, Trace, generate
+from kvlib.model import weights_file
+from kvlib.tools import webmodel
+from kvlib.tools.webmodel import OUTPUTS
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +118,7 @@ def test_a_prefill_split_in_two_equals_it_whole(tiny, tiny_onnx, report):
 def test_bad_input_says_what_to_do(tiny, tmp_path):
     with pytest.raises(KVLibError, match="fp16, fp32 or int8"):
         webmodel.export(tiny, tmp_path / "x.onnx", storage="fp8")
-    with pytest.raises(KVLibError, match="python -m kvlib.webmodel"):
+    with pytest.raises(KVLibError, match="python -m kvlib.tools.webmodel"):
         webmodel.check(tiny, tmp_path / "missing.onnx")
     with pytest.raises(KVLibError, match="agreement"):
         webmodel.stored(tiny, "int8")

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from kvlib import models, weights_file
+from kvlib.model import models, weights_file
 
 LINUX = sys.platform.startswith("linux")  # /proc/self/smaps: how a process sees which of its pages it shares
 
@@ -87,7 +87,7 @@ def test_two_processes_share_the_weights_pages(home, small_gpt2_dir):
     code = f"""
 import sys, torch
 sys.path.insert(0, {os.path.dirname(__file__)!r})
-from kvlib import models
+from kvlib.model import models
 from test_weights_file import mapping
 m = models.load_model({str(small_gpt2_dir)!r}, device="cpu")
 m.forward([1, 2, 3])

@@ -14,7 +14,8 @@ import torch
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from conftest import hf_greedy
-from kvlib import embeddings, plots, tokenization, views, widgets
+from kvlib.lessons import embeddings, tokenization
+from kvlib.ui import plots, views, widgets
 from test_views_maps import pca_by_hand, same_up_to_sign, separation_by_hand
 
 

@@ -14,7 +14,7 @@
 # the hub running as root), in a home only they can read (mode 700): a learner can neither read nor change
 # another's notebooks, nor signal their processes; the hub refuses one learner's token on another's server.
 # One copy of the model: every server reads kvlib's home in the room's folder, where the weights files were
-# written once (kvlib/weights_file.py), read-only for the learners: their kernels map the same pages.
+# written once (kvlib/model/weights_file.py), read-only for the learners: their kernels map the same pages.
 import os
 import sys
 from pathlib import Path
