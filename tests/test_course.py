@@ -59,7 +59,7 @@ def test_the_wheel_alone_runs_the_course(tmp_path):
     for notebook in sorted(REPO.glob("notebooks/**/*.ipynb")):  # before kvlib is there: each first cell says how
         first = next(c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code")
         missing = subprocess.run([str(python), "-c", "".join(first["source"])], capture_output=True, text=True,
-                                 cwd=tmp_path)
+                                 cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
         assert missing.returncode == 1 and missing.stderr.strip().splitlines()[-1] == (
             "ModuleNotFoundError: kvlib is not installed in this kernel: run  %pip install kvlib  in a cell (or "
             "%pip install the kvlib wheel your teacher gives), then restart the kernel"), (notebook, missing.stderr)

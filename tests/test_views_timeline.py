@@ -179,7 +179,7 @@ def test_the_timeline_in_a_browser(runs):
 
         i = next(i for i, r in enumerate(stream) if r.max_new_tokens >= 3)  # a request with decode steps
         s = cont.served[i]
-        k = s.first[0] + 2
+        k = s.first + 2
         cell = page.locator(f".kv-sv-run[data-policy='continuous'] td[data-slot='{s.slot}'][data-step='{k}']")
         assert cell.inner_text() == stream[i].label
         assert tip(page, cell).splitlines() == [
@@ -193,7 +193,7 @@ def test_the_timeline_in_a_browser(runs):
         assert set(page.locator("td.kv-sv-cell.kv-linked").evaluate_all("cs => cs.map(c => c.dataset.request)")) == {str(i)}
 
         k, slot = next((k, j) for k, step in enumerate(static.steps) for j, c in enumerate(step.cells) if c is None)
-        waiting = sum(1 for x in static.served if x.first[0] > k)
+        waiting = sum(1 for x in static.served if x.first > k)
         idle = page.locator(f".kv-sv-run[data-policy='static'] td[data-slot='{slot}'][data-step='{k}']")
         assert tip(page, idle).splitlines() == [
             f"static batching · step {k} · slot {slot}: idle", f"{waiting} request{'' if waiting == 1 else 's'} still waiting to start",
@@ -231,15 +231,21 @@ def test_reused_blocks_in_a_browser(shared):
         assert on.locator(prefills).all_inner_texts() == ["▸A", "↺C", "↺B", "↺D"]  # slot by slot
         assert on.locator(prefills).evaluate_all("cs => cs.map(c => +c.dataset.reused)") == [0, 32, 32, 32]
         assert off.locator(prefills).all_inner_texts() == ["▸A", "▸C", "▸B", "▸D"]
-        b = on.locator("td[data-slot='1'][data-step='0']")
-        assert tip(page, b).splitlines()[:2] == ["request B · continuous batching, prefix caching · step 0 · slot 1",
+        b_run = next(x for x in shared["prefix caching"].served if x.request.label == "B")  # where the step put it
+        b = on.locator(f"td[data-slot='{b_run.slot}'][data-step='{b_run.first}']")
+        assert tip(page, b).splitlines()[:2] == [
+            f"request B · continuous batching, prefix caching · step {b_run.first} · slot {b_run.slot}",
                                                  "prefill: 32 of its 35 prompt tokens read from cached blocks, 3 computed"]
-        blocks = on.locator("td.kv-sv-blocks[data-step='1']")
+        run = shared["prefix caching"]
+        k, st = next((k, st) for k, st in enumerate(run.steps) if st.cached)  # the first step after which the index keeps some
+        blocks = on.locator(f"td.kv-sv-blocks[data-step='{k}']")
         assert tip(page, blocks).splitlines()[:2] == [
-            "continuous batching, prefix caching · after step 1: 0 of 6 blocks in use (16 tokens each)",
-            "2 blocks kept by the index, held by no request (cached)"]
-        heights = blocks.locator("span").evaluate_all("ss => ss.map(s => s.className + ' ' + s.style.height)")
-        assert heights[0].startswith("kv-sv-cached 33.3") and heights[1] == "kv-sv-inuse 0%"  # 2 and 0 of the pool's 6
-        assert "6 allocated, 4 freed, 2 kept by the index at the end" in on.locator(".kv-caption").inner_text()
+            f"continuous batching, prefix caching · after step {k}: {st.blocks} of {run.n_blocks} blocks in use (16 tokens each)",
+            f"{st.cached} block{'' if st.cached == 1 else 's'} kept by the index, held by no request (cached)"]
+        heights = blocks.locator("span").evaluate_all("ss => ss.map(s => [s.className, parseFloat(s.style.height)])")
+        assert [c for c, _ in heights[:2]] == ["kv-sv-cached", "kv-sv-inuse"]
+        assert [round(h, 1) for _, h in heights[:2]] == [round(100 * st.cached / run.n_blocks, 1), round(100 * st.blocks / run.n_blocks, 1)]
+        assert (f"{run.blocks_allocated} allocated, {run.blocks_freed} freed, {run.blocks_cached} kept by the index at the end"
+                in on.locator(".kv-caption").inner_text())
         shot(page, "timeline-reused")
         assert not errors, errors
