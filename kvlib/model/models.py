@@ -282,7 +282,7 @@ def load_hf(path):
 
 def load_tokenizer(path):
     """A checkpoint's fast tokenizer (its tokenizer.json), never the network. AutoTokenizer gives the same one, but
-    imports every family's tokenizer classes to choose it: 0.06 GB more in each learner's kernel on a shared server."""
+    imports every family's tokenizer classes to choose it: 0.05 GB more in each learner's kernel on a shared server."""
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
