@@ -111,7 +111,7 @@ def test_the_labs_model_is_tiny_in_gpt2s_format(tiny, model):
 def test_01_generation_loop(browser, lab, model, smollm2):
     import kvlib
     from kvlib.lessons.exercises.n01 import LINE  # the notebook's running example
-    from kvlib.server.generate import feed_loop
+    from kvlib.lessons.loop import feed_loop
 
     page, errors = open_and_run(browser, lab, "01_generation_loop.ipynb", timeout_s=400)  # SmolLM2 cells
     check_clean(page, errors, "01")
@@ -142,7 +142,7 @@ def test_zh_01_generation_loop(browser, lab, model, smollm2):
     Chinese prompt's answer, held back while a character is still arriving, as kvlib.generate writes it."""
     import kvlib
     from kvlib.lessons.exercises.n01 import LINE  # the notebook's running example
-    from kvlib.server.generate import feed_loop
+    from kvlib.lessons.loop import feed_loop
 
     page, errors = open_and_run(browser, lab, "zh/01_generation_loop.ipynb", timeout_s=400)  # SmolLM2 cells
     check_clean(page, errors, "zh/01")

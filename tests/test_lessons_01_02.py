@@ -12,7 +12,7 @@ import torch
 import kvlib
 from conftest import hf_greedy
 from kvlib.lessons import tokenization
-from kvlib.server.generate import FEEDS, feed_loop, softmax_at, stream_pieces, temperature_probs
+from kvlib.lessons.loop import FEEDS, feed_loop, softmax_at, stream_pieces, temperature_probs
 from kvlib.ui import plots
 from test_widgets import texts_by_row
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from kvlib import KVLibError
-from kvlib.lessons import memory
+from kvlib.lessons import memory, sharing
 from kvlib.lessons.compression import heldout_ids
 from kvlib.model import measure
 from kvlib.model.measure import one_thread, random_ids
@@ -346,7 +346,7 @@ def test_a_shared_system_prompt_holds_its_blocks_once(tiny, hf_tiny, system, blo
     per_token = 2 * tiny.config.n_layer * tiny.config.n_kv_head * tiny.config.head_dim * 4  # float32 K and V
     alone = [hf_greedy(hf_tiny[0], system_ids + u, NEW) for u in users[:2]]
     for share, at_prompts, at_end in zip((False, True), prompts, end):
-        r = serving.serve_shared_prefix(tiny, system_ids, users, NEW, block_size=block_size, share=share)
+        r = sharing.serve_shared_prefix(tiny, system_ids, users, NEW, block_size=block_size, share=share)
         assert r.blocks == {"prompts": at_prompts, "end": at_end}
         assert (r.formula("prompts"), r.formula("end")) == (at_prompts, at_end)
         assert r.nbytes("end") == at_end * block_size * per_token == at_end * block_size * \
@@ -357,16 +357,16 @@ def test_a_shared_system_prompt_holds_its_blocks_once(tiny, hf_tiny, system, blo
 
 def test_shared_prefix_refuses_what_does_not_fit(tiny):
     with pytest.raises(KVLibError, match="list of users .*, at least one"):
-        serving.serve_shared_prefix(tiny, "You are Puck.", [])
+        sharing.serve_shared_prefix(tiny, "You are Puck.", [])
     for one_user in ("Hello there", [5, 6, 7], torch.tensor([5, 6, 7])):  # not 11 users of a character, or 3 of a token
         with pytest.raises(KVLibError, match="list of users .*, not one prompt"):
-            serving.serve_shared_prefix(tiny, "You are Puck.", one_user)
+            sharing.serve_shared_prefix(tiny, "You are Puck.", one_user)
     users = (u for u in ["What is love?", "Who art thou?"])  # any iterable of users, a generator too
-    assert len(serving.serve_shared_prefix(tiny, "You are Puck.", users, max_new_tokens=2).answers) == 2
+    assert len(sharing.serve_shared_prefix(tiny, "You are Puck.", users, max_new_tokens=2).answers) == 2
     with pytest.raises(KVLibError, match="block_size .* must be a whole number"):
-        serving.shared_blocks(100, [120] * 4, 0)
+        sharing.shared_blocks(100, [120] * 4, 0)
     with pytest.raises(KVLibError, match="context of 512"):
-        serving.serve_shared_prefix(tiny, [1] * 500, [[2] * 10], max_new_tokens=5)
+        sharing.serve_shared_prefix(tiny, [1] * 500, [[2] * 10], max_new_tokens=5)
 
 
 def test_batch_rates_times_each_decode_step_then_its_bare_matmuls(tiny, monkeypatch):

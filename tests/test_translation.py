@@ -230,7 +230,7 @@ def test_the_prompt_cache_stream_speaks_chinese_and_english(tiny, zh):
 
 
 def test_the_chat_and_the_loops_pictures_speak_chinese(tiny, zh):
-    from kvlib.server.generate import feed_loop
+    from kvlib.lessons.loop import feed_loop
     from kvlib.ui import plots
 
     chat = widgets.Chat(tiny, "从前有座山，山里有座庙，庙里", max_new_tokens=6)

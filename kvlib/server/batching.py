@@ -1,6 +1,6 @@
 """The step: every sequence kvlib decodes on a paged cache moves one forward call at a time through
 `step`, as nano-vllm's engine does (schedule -> run -> postprocess), and `steps` is the one loop that
-calls it: generate_batch, serving's policies, serve_shared_prefix and PromptCache's requests all
+calls it: generate_batch, serving's policies, sharing.serve_shared_prefix and PromptCache's requests
 iterate it, observing each step's Record (timing it, drawing it) from outside.
 
 A decode step of one sequence multiplies one row by every weight matrix: the time goes into reading

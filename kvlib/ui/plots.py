@@ -207,10 +207,10 @@ def feed_variants(runs, steps=4):
     """What each variant of the loop fed the model at its first steps, and the token it picked.
 
     runs: objects with .feed (a name), .fed_tokens (each step's input as text), .from_prompt (how
-    many of those are the prompt's) and .tokens (each step's pick), as generate.feed_loop returns."""
+    many of those are the prompt's) and .tokens (each step's pick), as loop.feed_loop returns."""
     runs = list(runs)
     if not runs:
-        raise ValueError("feed_variants needs at least one run: pass what generate.feed_loop returned")
+        raise ValueError("feed_variants needs at least one run: pass what loop.feed_loop returned")
     steps = min(steps, min(len(r.tokens) for r in runs))
     width = max(len(fed) for r in runs for fed in r.fed_tokens[:steps]) + 1
     fig = Figure(figsize=(min(16, 2.4 + 0.8 * width), 0.9 + len(runs) * (0.45 + 0.36 * steps)))

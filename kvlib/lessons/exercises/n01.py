@@ -1,6 +1,6 @@
 """Notebook 1's exercises: answers computed live from the models the notebook passes."""
 
-from ...server.generate import feed_loop, softmax_at
+from ..loop import feed_loop, softmax_at
 from . import exercise
 
 LINE = "The king is dead, long live the"  # the course's running example, notebooks 1 to 6

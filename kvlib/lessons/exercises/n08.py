@@ -3,7 +3,7 @@ through kvlib's scheduler on the model the notebook passes, and by the block cou
 
 from ...model.measure import random_ids
 from ...server import serving
-from .. import memory
+from .. import memory, sharing
 from . import exercise
 
 
@@ -67,7 +67,7 @@ def static_idle(model):
 def shared_blocks(model):
     """Blocks of 16 tokens. A system prompt of 100 tokens is prefilled once; 4 users each add 20 tokens of their
     own after it, sharing its blocks. How many blocks are in use, the system prompt's own included?"""
-    return serving.shared_blocks(100, [120] * 4, block_size=16)
+    return sharing.shared_blocks(100, [120] * 4, block_size=16)
 
 
 @exercise("08.computed_after_hit",
