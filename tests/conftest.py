@@ -140,6 +140,17 @@ LONGEST_FIRST = ("test_browser.py", "test_notebooks.py", "test_live.py", "test_p
                  "test_course.py")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--kvlib-language", default="en", choices=sorted(kvlib.i18n.LANGUAGES),
+                     help="the language kvlib speaks in every test: test_batching.py runs its own and "
+                          "test_serving.py's tests again under zh, unchanged (codes are compared, never words)")
+
+
+@pytest.fixture(autouse=True)
+def kvlib_language(request):  # each test starts in the language asked for (en unless --kvlib-language says)
+    kvlib.set_language(request.config.getoption("--kvlib-language"))
+
+
 def pytest_collection_modifyitems(items):
     """`make check` leaves out tests marked slow: every test on SmolLM2 or GPT-2 small's shape (a load,
     then work at their size), whether it names the fixture or takes its name as a parameter (and then calls

@@ -4,11 +4,16 @@ into them, and every block taken is given back. The expectations come from trans
 never from kvlib's own generate or forward: those run the same cached calls of the forward pass, so a bug
 there (a RoPE position offset) would be on both sides and pass."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
-from kvlib import KVLibError, generate, generate_batch
-from kvlib.server.batching import forward_rows
+from kvlib import KVLibError, generate, generate_batch, set_language
+from kvlib.server.batching import Batch, Decoding, forward_rows, steps
+from kvlib.server.generate import Generation, Rules
 from kvlib.server.generate import sample
 from kvlib.server.paged_cache import PagedKVCache
 
@@ -27,7 +32,7 @@ def test_greedy_batch_answers_what_transformers_answers_each_prompt_alone_tiny(t
         assert gen.ids == hf_greedy(hf, tok(prompt).input_ids, 16), prompt
         assert gen.text == tok.decode(gen.ids)
         ended = gen.ids[-1] == hf.generation_config.eos_token_id
-        assert gen.stop_reason == ("end-of-text token" if ended else "max_new_tokens (16) reached")
+        assert gen.stop == ("eos" if ended else "max_new_tokens")
     assert len({gen.text for gen in batch}) == len(PROMPTS)  # eight different answers, not one repeated
 
 
@@ -38,7 +43,7 @@ def test_greedy_batch_answers_what_transformers_answers_each_prompt_alone_llama(
     # no stop at the end-of-text token: the small Llama's config and tokenizer name different ones
     for prompt, gen in zip(prompts, generate_batch(model, prompts, max_new_tokens=12, stop_at_eos=False)):
         assert gen.ids == hf_greedy(hf, prompt, 12, stop_at_eos=False), model.decode(prompt)
-        assert gen.stop_reason.startswith("max_new_tokens")
+        assert gen.stop == "max_new_tokens"
 
 
 @torch.no_grad()
@@ -65,7 +70,7 @@ def test_a_sequence_that_stops_early_leaves_and_the_others_go_on(tiny):
     gens = generate_batch(tiny, ["The king", "A"], max_new_tokens=6)
     assert all(len(g.ids) == 6 or g.ids[-1] == eos for g in gens)
     short = generate_batch(tiny, ["The king", "A"], max_new_tokens=2)
-    assert [len(g.ids) for g in short] == [2, 2] and short[0].stop_reason.startswith("max_new_tokens")
+    assert [len(g.ids) for g in short] == [2, 2] and short[0].stop == "max_new_tokens"
     assert len(gens[0].step_seconds) == len(gens[0].ids)  # its prefill, then one step per token
 
 
@@ -75,9 +80,9 @@ def test_a_batch_stops_each_sequence_where_and_why_generate_stops_it_alone(tiny,
     prompts = [tiny.encode("Once upon a time"), tiny.encode("Hi"), [1] * (tiny.config.n_ctx - 3)]
     monkeypatch.setattr(tiny, "eos_token_id", generate(tiny, prompts[1], 3).ids[-1])
     alone = [generate(tiny, p, 8) for p in prompts]
-    assert [g.stop_reason for g in alone] == ["max_new_tokens (8) reached", "end-of-text token",
-                                              "context full: tiny holds 512 tokens"]
-    assert [(g.ids, g.stop_reason) for g in generate_batch(tiny, prompts, 8)] == [(g.ids, g.stop_reason) for g in alone]
+    assert [g.stop for g in alone] == ["max_new_tokens", "eos", "context"]
+    assert [(g.ids, g.stop, g.stop_reason) for g in generate_batch(tiny, prompts, 8)] == [
+        (g.ids, g.stop, g.stop_reason) for g in alone]
 
 
 @pytest.mark.parametrize("name", ["tiny", "small_llama", "smollm2"])
@@ -242,3 +247,38 @@ def test_each_row_attends_to_its_own_sequence_only(name, request, monkeypatch):
     assert sorted(handed) == sorted(per_layer * model.config.n_layer)
     for (seq, _), row in zip(rows, logits):
         assert_logits_close(row, hf_logits(hf, texts[seq])[-1], model)
+
+
+@pytest.mark.slow
+def test_the_batching_and_serving_tests_pass_unchanged_in_chinese():
+    """Stops are codes and words are only for people: this file's tests and test_serving.py's, run again with kvlib
+    speaking Chinese (conftest's --kvlib-language), pass as they are. Were a stop compared as its words anywhere in
+    the step, serving or these tests, a request would never stop, or an assertion would read Chinese."""
+    root = Path(__file__).parent
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--kvlib-language", "zh",
+                          "-k", "not pass_unchanged_in_chinese", str(root / "test_batching.py"),
+                          str(root / "test_serving.py")], cwd=root.parent, capture_output=True, text=True)
+    assert out.returncode == 0 and " passed" in out.stdout, out.stdout[-4000:] + out.stderr[-2000:]
+
+
+def test_in_chinese_a_finished_request_gives_its_blocks_back(tiny):
+    """Under set_language("zh"), checked at every step: a request that stopped has left the cache, the pool holds
+    exactly the running requests' blocks, and at the end every block taken is free again. Its stop is the code
+    "max_new_tokens"; only stop_reason, its words, are Chinese."""
+    set_language("zh")
+    try:
+        cache = PagedKVCache(tiny.config.n_layer, n_blocks=12, block_size=4)
+        batch = Batch(cache)
+        batch.waiting.extend(Decoding(Generation(tiny.encode(p)), Rules(n, stop_at_eos=False), spans=[])
+                             for p, n in zip(PROMPTS[:4], (2, 6, 3, 9)))
+        finished = []
+        for record in steps(tiny, batch):
+            finished += record.finished
+            for d in record.finished:
+                assert d.seq.id not in cache.sequences and d.gen.stop == "max_new_tokens"
+            held = {b for d in batch.running for b in cache.sequence(d.seq.id).blocks}
+            assert cache.pool.in_use == len(held)
+        assert len(finished) == 4 and cache.pool.in_use == 0 and cache.pool.allocated == cache.pool.freed
+        assert finished[0].gen.stop_reason == "已写满 max_new_tokens（2 个）"
+    finally:
+        set_language("en")
