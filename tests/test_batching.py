@@ -6,6 +6,7 @@ there (a RoPE position offset) would be on both sides and pass."""
 
 import subprocess
 import sys
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -282,3 +283,21 @@ def test_in_chinese_a_finished_request_gives_its_blocks_back(tiny):
         assert finished[0].gen.stop_reason == "已写满 max_new_tokens（2 个）"
     finally:
         set_language("en")
+
+
+def test_an_admission_tried_and_undone_logs_no_hit(tiny):
+    """A waiting request whose first chunk finds no free blocks is added, found not to fit and sent back, step after
+    step, while another runs. Only its real admission reads its cached prefix: the pool's log holds as many hits of
+    its tenant as blocks it started with, not one more per step it waited."""
+    cache = PagedKVCache(tiny.config.n_layer, n_blocks=6, block_size=4)
+    prompt = tiny.encode(PROMPTS[2])[:13]
+    first = Batch(cache, deque([Decoding(Generation(prompt), Rules(1), "w")]))
+    list(steps(tiny, first))  # its 3 full blocks before the last token are filed, then kept unheld
+    assert cache.pool.cached == 3
+    running = Decoding(Generation(tiny.encode(PROMPTS[0])[:8]), Rules(10, stop_at_eos=False), "r")
+    waiting = Decoding(Generation(prompt + [5, 6, 7, 8]), Rules(2, stop_at_eos=False), "w")
+    batch, tried = Batch(cache, deque([running, waiting])), 0
+    for record in steps(tiny, batch):
+        tried += waiting.seq is None  # still waiting after this step: it was tried and did not fit
+    hits = [e for e in cache.pool.events if e.kind == "hit"]
+    assert tried >= 2 and len(hits) == waiting.seq.reused // 4 < 3  # R's growth evicted some of the prefix

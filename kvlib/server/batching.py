@@ -112,7 +112,7 @@ def schedule(batch):  # -> rows [(Decoding, tokens)] of this step, the sequences
                 left -= n
     # no one joins in a step that preempted: the blocks just freed are for those it sent back (as vLLM)
     while join and not preempted and batch.waiting and left and len(batch.running) < (batch.max_batch or float("inf")):
-        d = batch.waiting[0]
+        d, logged = batch.waiting[0], len(cache.pool.events)
         d.seq = cache.sequence(cache.add(d.gen.prompt_ids, d.tenant, d.spans, d.shared, d.min_hit))
         n = min(len(unread(d)), left)
         # it waits, and everyone behind it: when its first chunk finds no free blocks, or when its next block is
@@ -122,6 +122,7 @@ def schedule(batch):  # -> rows [(Decoding, tokens)] of this step, the sequences
                 d.seq.plan[0][0] == key for q, _ in rows for key, *_ in q.seq.plan):
             cache.release(d.seq.id)
             d.seq = None
+            del cache.pool.events[logged:]  # admission tried and undone: its lookup's hits were no reads
             break
         batch.running.append(batch.waiting.popleft())
         rows.append((d, n))
