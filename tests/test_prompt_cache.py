@@ -14,7 +14,7 @@ from kvlib.server.blocks import chains
 from kvlib.server.paged_cache import blocks_for
 
 from bounds import assert_logits_close
-from conftest import hf_greedy
+from conftest import hf_greedy, hf_model
 from test_blocks import Watched, check_pool
 
 
@@ -431,6 +431,21 @@ def test_a_cached_prompt_is_not_a_cached_answer(tiny, hf_tiny):
     greedy = pc.answer(prompt, max_new_tokens=8)  # a cached prefix, then greedy: what transformers picks afresh
     assert greedy.ids == hf_greedy(hf_tiny[0], prompt, 8)
     assert pc.answer(prompt, 5, temperature=1.0, seed=1).ids == answers[1].ids[:5]  # the same seed, the same answer
+
+
+@pytest.mark.parametrize("name", ["tiny", "smollm2"])
+def test_answers_cold_and_from_a_hit_are_transformers_greedy(request, name):
+    """The prompt cache's requests run the step as the server's do: a first request (nothing cached) and a second
+    that starts from its 2 filed blocks, and a third whose prompt shares only them, each answer as transformers does
+    the prompt alone, afresh."""
+    model, hf = request.getfixturevalue(name), hf_model(request, name)
+    pc = kvlib.PromptCache(model, block_size=16)
+    prompt = ids(40, 5)  # ids below 4,096: in every model's vocabulary
+    other = prompt[:32] + ids(9, 6)
+    answers = [pc.answer(p, max_new_tokens=6) for p in (prompt, prompt, other)]
+    assert [a.receipt.cached_tokens for a in answers] == [0, 32, 32]
+    for p, a in zip((prompt, prompt, other), answers):
+        assert a.ids == hf_greedy(hf, p, 6)
 
 
 def test_an_answer_is_generates_and_stops_where_it_stops(tiny):
