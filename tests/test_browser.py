@@ -757,13 +757,13 @@ def test_06_prompt_caching(browser, lab, model):
 
     import kvlib
     from browser import REPO
-    from kvlib.lessons import tokenization
+    from kvlib.lessons import memory, tokenization
     from kvlib.server.prompt_cache import ManualClock
     from kvlib.ui import widgets
 
     cells = json.loads((REPO / "notebooks" / "06_prompt_caching.ipynb").read_text())["cells"]
     code = lambda marker: next("".join(c["source"]) for c in cells if marker in "".join(c["source"]))
-    replay = {"kvlib": kvlib, "widgets": widgets, "ManualClock": ManualClock, "model": model}
+    replay = {"kvlib": kvlib, "memory": memory, "widgets": widgets, "ManualClock": ManualClock, "model": model}
     exec(code("stream = widgets.PromptCacheStream"), replay)  # the notebook's stream, its first four requests sent
     exec(code("small = widgets.PromptCacheStream"), replay)  # the budget stream, all its requests sent
     mirror = replay["stream"]
