@@ -6,6 +6,7 @@ import matplotlib
 import pytest
 
 from kvlib.lessons import leak, longcontext
+from kvlib.model.measure import Fed
 from kvlib.ui import plots
 
 matplotlib.use("Agg")
@@ -13,11 +14,18 @@ matplotlib.use("Agg")
 
 def test_a_shared_cache_serves_the_attacker_what_the_victim_sent_and_a_per_tenant_one_does_not(tiny):
     """The attack's times are a lesson's measurement, read by a person: what decides here is what a clock
-    cannot change, which of the attacker's requests the cache served."""
-    shared = leak.attack(tiny, True, n=8, prompt_tokens=64)
-    assert len(shared.sent) == len(shared.unsent) == 4 and shared.prompt_tokens == 64
+    cannot change, which of the attacker's requests the cache served, and the work the model did for each."""
+    fed = Fed(tiny)
+    shared, per_tenant = leak.attacks(fed, n=8, prompt_tokens=64, warmup=2)
+    assert (shared.shared, per_tenant.shared) == (True, False)
+    assert len(shared.sent) == len(shared.unsent) == len(per_tenant.sent) == 4 and shared.prompt_tokens == 64
     assert shared.hits == (4, 0)  # every secret the victim sent, none that nobody sent
-    assert leak.attack(tiny, False, n=8, prompt_tokens=64).hits == (0, 0)  # the victim's blocks are not the attacker's
+    assert per_tenant.hits == (0, 0)  # the victim's blocks are not the attacker's
+    setup = [64] * (4 + 2)  # per cache: the victim's 4 prompts, 2 warm-ups, all computed
+    # then the attacker, the caches taking turns, the first alternating every two secrets: a hit computes only the
+    # 16 tokens after its 3 cached blocks
+    turns = [16, 64, 64, 64, 64, 16, 64, 64] * 2
+    assert fed.rows == setup + setup + turns
 
 
 def test_the_attack_is_sized_to_the_model(tiny):

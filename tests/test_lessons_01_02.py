@@ -148,3 +148,11 @@ def test_token_ratios_draw_a_bar_per_tokenizer_and_text():
 def test_costs_are_counted_in_a_baseline_that_has_tokens(tiny):
     with pytest.raises(kvlib.KVLibError, match="has no tokens under"):
         tokenization.costs(tokenization.available(tiny), {"English": "", "French": "Bonjour"})
+
+
+@pytest.mark.slow  # two new Python processes
+def test_a_new_process_loads_the_tokenizer_anew_and_gets_the_same_ids(tiny):
+    texts = ["The king is dead, long live the", "The king is dead, long live th", tokenization.SAME_SENTENCE["Chinese"]]
+    assert tokenization.encode_in_new_process(tiny, texts) == [tiny.encode(t) for t in texts]
+    with pytest.raises(kvlib.KVLibError, match="unknown model 'no-such-model'"):
+        tokenization.encode_in_new_process(SimpleNamespace(name="no-such-model"), texts)

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvlib
+from kvlib.model.measure import Fed
 from kvlib.server.blocks import chains
 from kvlib.server.paged_cache import blocks_for
 
@@ -76,8 +77,8 @@ def test_receipts_count_exactly(tiny):
 
 
 def test_ttl_expires_entries_after_their_last_use(tiny):
-    clock = Clock()
-    pc = kvlib.PromptCache(tiny, block_size=8, ttl_seconds=300, clock=clock)
+    clock, fed = Clock(), Fed(tiny)
+    pc = kvlib.PromptCache(fed, block_size=8, ttl_seconds=300, clock=clock)
     prompt = ids(40, 5)
     pc.prefill(prompt)
     clock.now = 299
@@ -91,6 +92,7 @@ def test_ttl_expires_entries_after_their_last_use(tiny):
     assert pc.cache.pool.cached == 0 and pc.cache.pool.in_use == 0  # their blocks are free again
     assert pc.prefill(prompt).receipt.cached_tokens == 0
     assert any(e.kind == "expire" for e in pc.events)
+    assert fed.rows == [40, 8, 8, 40]  # the model's own count: the tail while the blocks lived, all 40 once they expired
 
 
 def test_lru_evicts_the_least_recently_used_under_the_budget(tiny):
@@ -141,11 +143,13 @@ def test_the_byte_budget_holds_over_thousands_of_requests(tiny):
 
 
 def test_tenants_never_hit_each_others_prefixes(tiny):
-    pc = kvlib.PromptCache(tiny, block_size=8)
+    fed = Fed(tiny)
+    pc = kvlib.PromptCache(fed, block_size=8)
     prompt = ids(50, 7)
     assert pc.prefill(prompt, tenant="alice").receipt.cached_tokens == 0
     assert pc.prefill(prompt, tenant="mallory").receipt.cached_tokens == 0
     assert pc.prefill(prompt, tenant="alice").receipt.cached_tokens == 48
+    assert fed.rows == [50, 50, 2]  # mallory's request computed every token, as alice's first did
     shared = kvlib.PromptCache(tiny, block_size=8, share_across_tenants=True)
     shared.prefill(prompt, tenant="alice")
     assert shared.prefill(prompt, tenant="mallory").receipt.cached_tokens == 48  # the leak it demonstrates

@@ -19,6 +19,7 @@ def test_prefix_hash_routing_hits_on_every_repeat(tiny):
     assert len(run.served) == 16 and len(run.repeats) == 8
     assert run.repeat_hit_rate == 1.0
     assert all(s.cached_tokens == 32 for s in run.repeats)  # 2 full blocks of 16 before the last token
+    assert [s.computed for s in run.served] == [40, 8] * 8  # the model's work: all of a new prompt, a resend's tail
     assert not any(s.hit for s in run.served if not s.repeat)  # a new prompt never hits
     assert len({s.replica for s in run.served}) > 1  # the prompts are spread over the machines
 
@@ -27,6 +28,7 @@ def test_random_routing_hits_exactly_when_a_resend_lands_on_its_first_machine(ti
     requests = routing.resend_pairs(tiny, prompts=40, tokens=20)
     run = routing.simulate(tiny, requests, replicas=4, router="random", seed=3)
     assert all(s.hit == (s.replica == s.first_replica) for s in run.repeats)
+    assert all(s.computed == (4 if s.hit else 20) for s in run.repeats)  # a miss computes all 20 tokens again
     assert any(s.hit for s in run.repeats) and not all(s.hit for s in run.repeats)
     # 40 resends, each on the right machine with chance 1/4: within 3 standard deviations of a quarter
     assert abs(run.repeat_hit_rate - 1 / 4) <= 3 * math.sqrt(1 / 4 * 3 / 4 / 40)

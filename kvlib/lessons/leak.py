@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.stats import mannwhitneyu
 
-from ..model.measure import random_ids
+from ..model.measure import one_thread, random_ids
 from ..server.prompt_cache import PromptCache
 from . import memory
 
@@ -39,20 +39,36 @@ class Attack:
         return Medians(float(np.median(self.sent)), float(np.median(self.unsent)))
 
 
-def attack(model, share_across_tenants, n=100, prompt_tokens=128, block_size=16, seed=0):
-    """A victim sends every other one of n secret prompts; the attacker then sends all n and times each.
+def attacks(model, n=100, prompt_tokens=128, block_size=16, seed=0, warmup=4):
+    """Both caches attacked in one run: a victim sends every other one of n secret prompts to a cache shared by all
+    tenants and to a cache kept per tenant; the attacker then sends all n to each and times them. -> (shared, per
+    tenant), two Attacks.
 
-    Interleaved (victim's, nobody's, victim's...), so a machine slowing down or speeding up
-    during the run touches both samples alike."""
-    pc = PromptCache(model, block_size=block_size, share_across_tenants=share_across_tenants)
+    Timed as the lessons time (speed.py): on one CPU thread, after `warmup` untimed prefills of other prompts on each
+    cache, the two caches taking turns prompt by prompt (which goes first alternating) and the secrets interleaved
+    (victim's, nobody's, victim's...), so a machine slowing down or speeding up during the run touches the four
+    samples alike."""
+    caches = [PromptCache(model, block_size=block_size, share_across_tenants=shared) for shared in (True, False)]
     secrets = [random_ids(model, prompt_tokens, seed * 100_003 + i) for i in range(n)]
-    for s in secrets[::2]:
-        pc.prefill(s, tenant="victim")
-    probes = [pc.prefill(s, tenant="attacker") for s in secrets]
+    probes = [[], []]  # per cache, the attacker's Prefill of every secret, in order
+    with one_thread():
+        for pc in caches:
+            for s in secrets[::2]:
+                pc.prefill(s, tenant="victim")
+            for i in range(warmup):  # nobody's prompts, untimed: the first prefills pay for memory the others reuse
+                pc.prefill(random_ids(model, prompt_tokens, 10**9 + i), tenant="warm-up")
+        for i, s in enumerate(secrets):
+            turn = (0, 1) if i // 2 % 2 == 0 else (1, 0)  # each cache first for half the sent and half the unsent
+            for c in turn:
+                probes[c].append(caches[c].prefill(s, tenant="attacker"))
+    return tuple(_attack(pc.share_across_tenants, p, prompt_tokens) for pc, p in zip(caches, probes))
+
+
+def _attack(shared, probes, prompt_tokens):  # the attacker's Prefills, in the secrets' order -> Attack
     times = [p.seconds * 1e3 for p in probes]
     hit = [p.receipt.cached_tokens > 0 for p in probes]  # what the timing can only hint at, read off the receipt
     sent, unsent = times[::2], times[1::2]
-    return Attack(share_across_tenants, sent, unsent, float(mannwhitneyu(sent, unsent).pvalue), prompt_tokens,
+    return Attack(shared, sent, unsent, float(mannwhitneyu(sent, unsent).pvalue), prompt_tokens,
                   (sum(hit[::2]), sum(hit[1::2])))
 
 

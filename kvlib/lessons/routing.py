@@ -27,7 +27,7 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
-from ..model.measure import one_thread, random_ids
+from ..model.measure import Fed, one_thread, random_ids
 from ..model.models import KVLibError
 from ..server.blocks import block_keys
 from ..server.prompt_cache import ManualClock, PromptCache
@@ -46,6 +46,7 @@ class Routed:
     cached_tokens: int
     repeat: bool        # had a request with the same first tokens been sent before (to any machine)?
     first_replica: int  # the machine that served the first request with these first tokens
+    computed: int       # tokens the model was fed for it: its work, counted on the model (measure.Fed), not the receipt
 
     @property
     def hit(self):
@@ -79,15 +80,16 @@ def prefix_hash(ids, hash_tokens):
 def simulate(model, requests, replicas, router="prefix hash", hash_tokens=16, block_size=16,
              per_minute=OPENAI_OVERFLOW_PER_MINUTE, seed=0):
     """Send `requests` ([(seconds, prompt text or ids)], in time order) to `replicas` machines, each with
-    its own PromptCache on one shared simulated clock; returns a RoutingRun."""
+    its own PromptCache on one shared simulated clock; returns a RoutingRun. Every replica runs `model`, each
+request's tokens fed counted on it (Routed.computed)."""
     if router not in ROUTERS:
         raise KVLibError(f"router must be one of {ROUTERS}, not {router!r}")
     if replicas < 1:
         raise KVLibError("replicas must be at least 1")
     if hash_tokens < 1 or per_minute < 1:
         raise KVLibError("hash_tokens and per_minute must be at least 1")
-    clock, rng = ManualClock(), random.Random(seed)
-    caches = [PromptCache(model, block_size=block_size, clock=clock) for _ in range(replicas)]
+    clock, rng, fed = ManualClock(), random.Random(seed), Fed(model)
+    caches = [PromptCache(fed, block_size=block_size, clock=clock) for _ in range(replicas)]
     recent = {}    # prefix -> times of its recent requests sent to its own machine (overflow only)
     first, served = {}, []  # prefix -> the machine its first request went to
     # prefills of a few dozen tokens: a second thread only waits (10x slower on a busy 2-core machine)
@@ -107,10 +109,12 @@ def simulate(model, requests, replicas, router="prefix hash", hash_tokens=16, bl
             else:
                 replica = home
                 recent.setdefault(key, deque()).append(t)
+            before = fed.total
             r = caches[replica].prefill(ids).receipt
             repeat = key in first
             first.setdefault(key, replica)
-            served.append(Routed(t, key[:6], replica, r.input_tokens, r.cached_tokens, repeat, first[key]))
+            served.append(Routed(t, key[:6], replica, r.input_tokens, r.cached_tokens, repeat, first[key],
+                                 fed.total - before))
     for pc in caches:
         pc.expire()  # what each still holds at the end, past-TTL entries dropped
     return RoutingRun(router, replicas, tuple(served), tuple(pc.nbytes for pc in caches))

@@ -10,6 +10,8 @@ tiktoken's exact ids without downloading its files.
 """
 
 import codecs
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -96,6 +98,19 @@ def first_divergence(ids_a, ids_b):
         if a != b:
             return i
     return None
+
+
+def _encode_anew(name, texts):  # a model's tokenizer loaded as kvlib loads it (models.shared_model, load_hf) -> ids
+    from ..model import models
+    tok = models.gpt2_tokenizer() if name == "random-gpt2" else models.load_tokenizer(models.checkpoint_dir(name))
+    return [tok.encode(text) for text in texts]
+
+
+def encode_in_new_process(model, texts):
+    """Each text's ids under the model's tokenizer, loaded anew in a new Python process that shares nothing with
+    this one (not its memory, not its hash seed): what another server that loads the same model would compute."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as new:
+        return new.submit(_encode_anew, model.name, list(texts)).result()
 
 
 @lru_cache(maxsize=None)

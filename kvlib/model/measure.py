@@ -7,6 +7,7 @@ Every clock read here first waits for the device (`models.synchronize`): a GPU r
 ahead of Python, and a clock read without waiting times the queueing, not the work.
 """
 
+import dataclasses
 import random
 import statistics
 import time
@@ -37,6 +38,30 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(before)
+
+
+class Fed:
+    """The model, counting the tokens (rows) each of its forward passes is fed: the work it did, counted where it
+    is done, not read off a receipt. A prompt cache given this model in place of the model counts its own work."""
+
+    def __init__(self, model):
+        self.model, self.rows = model, []  # rows: tokens fed to each forward pass, in order
+
+    @property
+    def total(self):  # tokens fed so far, in every pass
+        return sum(self.rows)
+
+    @property
+    def family(self):  # the model's forward pass and facts, its forward writing down each pass's rows first
+        family = self.model.family
+
+        def forward(ids, *args, **kwargs):  # ids [T]
+            self.rows.append(len(ids))
+            return family.forward(ids, *args, **kwargs)
+        return dataclasses.replace(family, forward=forward)
+
+    def __getattr__(self, name):  # everything else is the model's: config, params, encode, check_ids...
+        return getattr(self.model, name)
 
 
 def check_repeats(repeats):  # the fastest of 0 repeats would be an infinite time
