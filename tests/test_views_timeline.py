@@ -32,18 +32,18 @@ def four(tiny):
 # batch), each making its first token, beside one decode token for every request that was running before it, all
 # in one forward call; a request leaves its slot when it has made its last token. Each sequence (at most 3 + 3 - 1 tokens) holds one
 # block of 16 until it leaves.
-P, D = "prefill", "decode"
+P, D = "prefill", "decode"  # a cell: [request, kind, tokens fed]: a prefill its 3-token prompt, a decode 1
 CELLS = {
-    "static": [[[0, P], [1, P]],   # A and B admitted into the empty batch
-               [[0, D], [1, D]],   # A makes its 2nd and last token
-               [None, [1, D]],     # static: C waits for the whole batch; B makes its 3rd and last
-               [[2, P], [3, P]],   # C is done by its prefill, D makes its 1st
-               [None, [3, D]]],
-    "continuous": [[[0, P], [1, P]],
-                   [[0, D], [1, D]],
-                   [[2, P], [1, D]],  # C takes A's slot at once (and is done by its prefill); B ends
-                   [[3, P], None],
-                   [[3, D], None]],
+    "static": [[[0, P, 3], [1, P, 3]],   # A and B admitted into the empty batch
+               [[0, D, 1], [1, D, 1]],   # A makes its 2nd and last token
+               [None, [1, D, 1]],     # static: C waits for the whole batch; B makes its 3rd and last
+               [[2, P, 3], [3, P, 3]],   # C is done by its prefill, D makes its 1st
+               [None, [3, D, 1]]],
+    "continuous": [[[0, P, 3], [1, P, 3]],
+                   [[0, D, 1], [1, D, 1]],
+                   [[2, P, 3], [1, D, 1]],  # C takes A's slot at once (and is done by its prefill); B ends
+                   [[3, P, 3], None],
+                   [[3, D, 1], None]],
 }
 SLOTS = {"static": [0, 1, 0, 1], "continuous": [0, 1, 0, 0]}
 BLOCKS = [2, 1, 0, 1, 0]  # in use after each step, in both runs
