@@ -552,7 +552,7 @@ TEXT = {
                                      "newest, gave its blocks back and waits in front",
                                "zh": "被抢占：更早的请求的下一个 token 找不到空闲块，于是最新的这个请求交还它的块，排到等待队列最前面"},
     "timeline.preempted_cost": {"en": "its cost: {steps} without it, then from step {again} {tokens} fed again",
-                                "zh": "代价：{steps}没有它，然后从第 {again} 步起重新输入 {tokens}"},
+                                "zh": "代价：{steps}里没有它，然后从第 {again} 步起重新输入 {tokens}"},
     "timeline.recompute_tip": {"en": "prefill again after its preemption: its prompt and answer so far, {tokens} fed "
                                      "again (past the blocks the index kept)",
                                "zh": "被抢占后重新预填充：它的提示词和已有的回答，重新输入 {tokens}（索引留着的块除外）"},
