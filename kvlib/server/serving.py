@@ -81,9 +81,9 @@ class Served:  # one request's life in a run; times in seconds from the start (w
 
 
 @dataclass
-class Step:
-    cells: list     # per slot: (request index, "prefill" | "decode" | "preempted", tokens fed), or None when idle;
-    seconds: float  # a preempted request's cell is its slot's at the step it was sent back (no tokens fed)
+class Step:  # a preempted request's cell is the slot it held, at the step that sent it back (0 tokens fed)
+    cells: list     # per slot: (request index, "prefill" | "decode" | "preempted", tokens fed), or None when idle
+    seconds: float  # its forward call, with its sampling and bookkeeping
     blocks: int     # blocks in use at the end of the step
     cached: int = 0  # blocks the index keeps at the end of the step that no request holds
 
