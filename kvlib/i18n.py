@@ -509,6 +509,13 @@ TEXT = {
     "timeline.decode": {"en": "decode: one more token, in one call with every other running request",
                         "zh": "解码：再生成一个 token，和其他正在运行的请求在同一次调用里"},
     "timeline.idle": {"en": "idle: no request in this slot", "zh": "空闲：这个槽位里没有请求"},
+    "timeline.chunk": {"en": "prefill chunk (step_tokens): part of a long prompt, its tokens under the letter; "
+                             "decodes share its step",
+                       "zh": "预填充分段（step_tokens）：长提示词的一段，字母下是它的 token 数；解码和它共用这一步"},
+    "timeline.preempted": {"en": "preempted: its blocks freed for an older request's next token; fed again later",
+                           "zh": "被抢占：它的块让给了更早请求的下一个 token；之后重新输入"},
+    "timeline.preemption": {"en": "{n} preemption", "zh": "{n} 次抢占"},
+    "timeline.preemptions": {"en": "{n} preemptions", "zh": "{n} 次抢占"},
     "timeline.slot": {"en": "{n} slot", "zh": "{n} 个槽位"},
     "timeline.slots": {"en": "{n} slots", "zh": "{n} 个槽位"},
     "timeline.step": {"en": "{n} step", "zh": "{n} 步"},
@@ -538,6 +545,18 @@ TEXT = {
     "timeline.cell_tip": {"en": "request {label} · {run} · step {step} · slot {slot}",
                           "zh": "请求 {label} · {run} · 第 {step} 步 · 槽位 {slot}"},
     "timeline.decode_tip": {"en": "decode: token {k} of {n}", "zh": "解码：第 {k} 个 token，共 {n} 个"},
+    "timeline.chunk_tip": {"en": "prefill in {m} chunks of at most {budget} tokens a step: chunk {j}, {tokens}; "
+                                 "{done} of {total} fed",
+                           "zh": "预填充分成 {m} 段，每步最多 {budget} 个 token：第 {j} 段，{tokens}；已输入 {total} 中的 {done}"},
+    "timeline.preempted_tip": {"en": "preempted: an older request's next token found no free block, so this one, the "
+                                     "newest, gave its blocks back and waits in front",
+                               "zh": "被抢占：更早的请求的下一个 token 找不到空闲块，于是最新的这个请求交还它的块，排到等待队列最前面"},
+    "timeline.preempted_cost": {"en": "its cost: {steps} without it, then from step {again} {tokens} fed again",
+                                "zh": "代价：{steps}里没有它，然后从第 {again} 步起重新输入 {tokens}"},
+    "timeline.recompute_tip": {"en": "prefill again after its preemption: its prompt and answer so far, {tokens} fed "
+                                     "again (past the blocks the index kept)",
+                               "zh": "被抢占后重新预填充：它的提示词和已有的回答，重新输入 {tokens}（索引留着的块除外）"},
+    "timeline.preempted_times": {"en": "{n} in this run", "zh": "这次运行中共 {n}"},
     "timeline.reused_tip": {"en": "prefill: {reused} of its {prompt} read from cached blocks, {computed} computed",
                             "zh": "预填充：{prompt} 中有 {reused} 个从缓存块读出，计算了 {computed} 个"},
     "timeline.lengths": {"en": "prompt {prompt} · answer {answer}", "zh": "提示词 {prompt} · 回答 {answer}"},
@@ -548,6 +567,9 @@ TEXT = {
     "timeline.cached_tip": {"en": "{blocks} kept by the index, held by no request (cached)",
                             "zh": "索引留着 {blocks}，没有请求占用（已缓存）"},
     "timeline.took": {"en": "the step took {ms}", "zh": "这一步用时 {ms}"},
+    "timeline.fed": {"en": "{preemptions} · {fed} tokens fed, recomputed ones included",
+                     "zh": "{preemptions} · 共输入 {fed} 个 token，含重算的"},
+    "timeline.budget": {"en": "at most {n} tokens a step", "zh": "每步最多 {n} 个 token"},
     "timeline.ratio": {"en": "continuous / static: tokens/s {rate}× · mean latency {latency}× · "
                              "mean time to first token {ttft}× · steps {steps} against {static}",
                        "zh": "连续 / 静态：每秒 token 数 {rate}× · 平均延迟 {latency}× · "
@@ -558,8 +580,9 @@ TEXT = {
     "timeline.text_empty": {"en": "No runs to show: give ServingTimeline.of the runs of serving.side_by_side (or serving.serve).",
                             "zh": "没有可显示的运行：把 serving.side_by_side（或 serving.serve）的运行交给 ServingTimeline.of。"},
     "timeline.text_cells": {"en": "cells: a request's letter; ▸ its prefill; ↺ its prefill, reading cached blocks; "
-                                  ". an idle slot",
-                            "zh": "格子：请求的字母；▸ 它的预填充；↺ 读了缓存块的预填充；. 空闲的槽位"},
+                                  "▸13 a prefill chunk of 13 tokens; ✕ preempted; . an idle slot",
+                            "zh": "格子：请求的字母；▸ 它的预填充；↺ 读了缓存块的预填充；▸13 13 个 token 的预填充分段；"
+                                  "✕ 被抢占；. 空闲的槽位"},
     "timeline.text_run": {"en": "run {j} · {name}: {tokens} tokens in {ms} ms = {rate} tokens/s; mean latency {latency} ms, "
                                 "mean time to first token {ttft} ms; {idle} of slot-steps idle; blocks: {allocated} "
                                 "allocated, {freed} freed, {cached} kept by the index",

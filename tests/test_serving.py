@@ -59,11 +59,12 @@ def expected_schedule(answers, max_batch, policy):
     return out
 
 
-def check_cells(run):  # every step's cells say who was where: its prefill at its first step, decodes until its last
-    for i, s in enumerate(run.served):
+def check_cells(run):  # every step's cells say who was where: its prefill at its first step (its prompt past the
+    for i, s in enumerate(run.served):  # cached prefix fed), a decode of one token at each step until its last
         held = [(k, step.cells[s.slot]) for k, step in enumerate(run.steps) if step.cells[s.slot] and
                 step.cells[s.slot][0] == i]
-        assert held == [(k, (i, "prefill" if k == s.first else "decode")) for k in range(s.first, s.last + 1)]
+        prefill = (i, "prefill", len(s.request.prompt_ids) - s.reused)
+        assert held == [(k, prefill if k == s.first else (i, "decode", 1)) for k in range(s.first, s.last + 1)]
     assert all(len(step.cells) == run.max_batch for step in run.steps)
 
 
@@ -165,23 +166,33 @@ def test_a_pool_too_small_preempts_the_newest_and_every_answer_is_still_transfor
     its blocks go free, the shared ones staying with their other holders, and it prefills again later, prompt and
     answer so far, reading the system prompt from the index. After every step no block leaked and none a live
     sequence holds is free; every answer is transformers' greedy one; the preemptions cost steps and tokens fed
-    against a pool large enough for all, counted."""
+    against a pool large enough for all, counted. Each step records whom it preempted (Step.preempted) exactly when
+    their Served.preempted went up, in the cell of the slot each held the step before, and the tokens its cells say
+    were fed add up to each request's ledger (Served.fed)."""
     play = heldout_ids(tiny, 600)
     requests = [serving.Request(serving.label(i), play[:20] + play[100 + 37 * i:103 + 39 * i], 12 + i % 3 * 4)
                 for i in range(6)]
     run = serving.new_run(tiny, requests, "continuous", max_batch=4, block_size=8, n_blocks=8)
     before, preemptions = set(), 0
+    counts = [0] * len(requests)  # each request's Served.preempted before the step
     for cache in serving.calls(tiny, run):
         check_blocks(cache)
         new = sum(s.preempted for s in run.served) - preemptions
         if new:  # the newest ones went, and no one joined in their place
             assert set(sorted(before)[-new:]) <= before - set(cache.sequences) and set(cache.sequences) <= before
-        before, preemptions = set(cache.sequences), preemptions + new
+        went = [i for i, s in enumerate(run.served) if s.preempted > counts[i]]
+        assert sorted(run.steps[-1].preempted) == went and len(went) == new
+        for i in went:  # marked in the slot it held the step before, feeding nothing
+            slot = next(j for j, c in enumerate(run.steps[-2].cells) if c and c[0] == i)
+            assert run.steps[-1].cells[slot] == (i, "preempted", 0)
+        before, preemptions, counts = set(cache.sequences), preemptions + new, [s.preempted for s in run.served]
     preempted = [i for i, s in enumerate(run.served) if s.preempted]
     assert preempted and preemptions >= 2
     for i in preempted:  # resumed: prefilled again after it lost its blocks, then decoded to its last token
-        prefills = [k for k, step in enumerate(run.steps) if (i, "prefill") in step.cells]
+        prefills = [k for k, step in enumerate(run.steps) if any(c and c[:2] == (i, "prefill") for c in step.cells)]
         assert len(prefills) == 1 + run.served[i].preempted and run.served[i].last > prefills[-1]
+    for i, s in enumerate(run.served):
+        assert s.fed == sum(c[2] for step in run.steps for c in step.cells if c and c[0] == i)
     for r, s in zip(requests, run.served):
         assert s.ids == hf_greedy(hf_tiny[0], r.prompt_ids, r.max_new_tokens, stop_at_eos=False), r.label
     assert run.blocks_in_use == 0 and run.blocks_allocated == run.blocks_freed + run.blocks_cached
@@ -204,7 +215,10 @@ def test_a_long_prompt_is_prefilled_in_chunks_while_the_others_decode(tiny, hf_t
     for _ in serving.calls(tiny, run):
         fed.append(run.served[3].fed - sum(fed))
     assert fed[:9] == [4] + [13] * 7 + [5] and fed[9:] == [1] * 5 and run.served[3].first == 8
-    shared = [k for k, step in enumerate(run.steps) if step.cells[3] == (3, "prefill")
+    chunks = [c[2] for step in run.steps for c in step.cells if c and c[:2] == (3, "prefill")]  # the cells say it too
+    assert chunks == fed[:9] and sum(chunks) == len(requests[3].prompt_ids) - run.served[3].reused == 100
+    assert max(sum(c[2] for c in step.cells if c) for step in run.steps) == 16  # the budget, filled
+    shared = [k for k, step in enumerate(run.steps) if step.cells[3][:2] == (3, "prefill")
               and any(c and c[1] == "decode" for c in step.cells)]
     assert shared == list(range(1, 9))
     whole = serving.serve(tiny, requests, "continuous", max_batch=4)  # no budget: D's prompt in one step
@@ -231,9 +245,9 @@ def test_a_full_pool_keeps_first_come_first_served(tiny, policy):
            {"A": (0, 0, 5), "B": (0, 6, 9), "C": (1, 6, 7), "D": (2, 6, 7)}
     A, B, C, D = range(4)
     idle = [None] * 3
-    assert [step.cells for step in run.steps] == [[(A, "prefill")] + idle] + [[(A, "decode")] + idle] * 5 + [
-        [(B, "prefill"), (C, "prefill"), (D, "prefill"), None], [(B, "decode"), (C, "decode"), (D, "decode"), None],
-        [(B, "decode")] + idle, [(B, "decode")] + idle]
+    assert [step.cells for step in run.steps] == [[(A, "prefill", 20)] + idle] + [[(A, "decode", 1)] + idle] * 5 + [
+        [(B, "prefill", 20), (C, "prefill", 3), (D, "prefill", 3), None],
+        [(B, "decode", 1), (C, "decode", 1), (D, "decode", 1), None], [(B, "decode", 1)] + idle, [(B, "decode", 1)] + idle]
     # blocks in use after each step: A's 20..24 tokens fill 3, its 25th a 4th, given back as it ends at step 5;
     # then B's 20 tokens 3, C's and D's 3 one each; C and D leave after step 7 (4 tokens, still 1 block each)
     assert [step.blocks for step in run.steps] == [3, 3, 3, 3, 3, 0, 5, 3, 3, 0]

@@ -32,18 +32,18 @@ def four(tiny):
 # batch), each making its first token, beside one decode token for every request that was running before it, all
 # in one forward call; a request leaves its slot when it has made its last token. Each sequence (at most 3 + 3 - 1 tokens) holds one
 # block of 16 until it leaves.
-P, D = "prefill", "decode"
+P, D = "prefill", "decode"  # a cell: [request, kind, tokens fed]: a prefill its 3-token prompt, a decode 1
 CELLS = {
-    "static": [[[0, P], [1, P]],   # A and B admitted into the empty batch
-               [[0, D], [1, D]],   # A makes its 2nd and last token
-               [None, [1, D]],     # static: C waits for the whole batch; B makes its 3rd and last
-               [[2, P], [3, P]],   # C is done by its prefill, D makes its 1st
-               [None, [3, D]]],
-    "continuous": [[[0, P], [1, P]],
-                   [[0, D], [1, D]],
-                   [[2, P], [1, D]],  # C takes A's slot at once (and is done by its prefill); B ends
-                   [[3, P], None],
-                   [[3, D], None]],
+    "static": [[[0, P, 3], [1, P, 3]],   # A and B admitted into the empty batch
+               [[0, D, 1], [1, D, 1]],   # A makes its 2nd and last token
+               [None, [1, D, 1]],     # static: C waits for the whole batch; B makes its 3rd and last
+               [[2, P, 3], [3, P, 3]],   # C is done by its prefill, D makes its 1st
+               [None, [3, D, 1]]],
+    "continuous": [[[0, P, 3], [1, P, 3]],
+                   [[0, D, 1], [1, D, 1]],
+                   [[2, P, 3], [1, D, 1]],  # C takes A's slot at once (and is done by its prefill); B ends
+                   [[3, P, 3], None],
+                   [[3, D, 1], None]],
 }
 SLOTS = {"static": [0, 1, 0, 1], "continuous": [0, 1, 0, 0]}
 BLOCKS = [2, 1, 0, 1, 0]  # in use after each step, in both runs
@@ -128,6 +128,40 @@ def test_an_empty_timeline_says_how_to_fill_it_and_mixed_streams_are_refused(tin
         ServingTimeline.of([four["static"], other])
 
 
+
+@pytest.fixture(scope="module")
+def costly(tiny):
+    """Notebook 8's four requests (prompts of 5, 5, 5 and 96 tokens answering 24, 24, 2 and 4) on 3 slots, blocks of
+    16, no index: in a pool for all (11 blocks), in one of 8 (preemption) and at most 16 tokens a step (chunks)."""
+    requests = [serving.Request(label, random_ids(tiny, prompt, seed=k), answer)
+                for k, (label, prompt, answer) in enumerate((("A", 5, 24), ("B", 5, 24), ("C", 5, 2), ("D", 96, 4)))]
+    serve = lambda **how: serving.serve(tiny, requests, max_batch=3, prefix_caching=False, **how)
+    return {"pool of 11 blocks": serve(), "pool of 8 blocks": serve(n_blocks=8), "16 tokens a step": serve(step_tokens=16)}
+
+
+def test_the_timeline_sends_a_preemption_and_a_chunked_prefill(costly):
+    """Worked by hand. Step 0 prefills A, B and C (a block each); C makes its 2nd and last token at step 1; at step 2
+    D's 96 tokens take 6 blocks beside A's and B's decodes. In the pool of 8 that is every block: at step 3 D's next
+    token finds none, and D, the newest, is preempted (its cell in slot 2, feeding nothing); its 97 tokens (prompt
+    and first answer token) need 7 blocks, free only when A and B leave after step 23, so D is prefilled again at
+    step 24, in slot 0, and decodes at steps 25 and 26: 3 steps and 96 tokens more than in the pool for all. With 16
+    tokens a step, A's and B's decodes take 2 of them from step 2, so D's prompt goes in chunks of 14 over steps 2-7
+    and its last 12 at step 8, where it makes its first token, 6 steps later than whole."""
+    view = ServingTimeline.of(costly)
+    roomy, tight, chunked = view.runs
+    assert tight["name"] == "continuous batching, pool of 8 blocks"
+    assert (roomy["preemptions"], tight["preemptions"], chunked["preemptions"]) == (0, 1, 0)
+    assert [s["preempted"] for s in tight["served"]] == [0, 0, 0, 1] and (len(tight["cells"]), len(roomy["cells"])) == (27, 24)
+    assert tight["cells"][3][2] == [3, "preempted", 0] and tight["cells"][24][0] == [3, "prefill", 97]
+    assert tight["tokens_fed"] - roomy["tokens_fed"] == 96 and chunked["step_tokens"] == 16
+    chunks = [c for step in chunked["cells"] for c in step if c and c[:2] == [3, "prefill"]]
+    assert [c[2] for c in chunks] == [14] * 6 + [12] and costly["16 tokens a step"].served[3].first == 8
+    text = view.summary()
+    assert "slot 2: C▸ C D▸ D✕ " + ". " * 22 + ".\n" in text
+    assert "slot 0: A▸ " + "A " * 23 + "D▸ D D\n" in text
+    assert "slot 2: C▸ C " + "D▸14 " * 6 + "D▸12 D D D " in text
+    assert "1 preemption · 257 tokens fed, recomputed ones included" in text
+
 # --- in a real browser ---
 
 def standalone(browser, view):
@@ -202,6 +236,7 @@ def test_the_timeline_in_a_browser(runs):
         blocks = page.locator(f".kv-sv-run[data-policy='static'] td.kv-sv-blocks[data-step='{k}']")
         assert tip(page, blocks).startswith(f"static batching · after step {k}: {static.steps[k].blocks} of {static.n_blocks} "
                                             f"blocks in use")
+        assert page.locator(".kv-legend .kv-key").count() == 4  # no chunk or preempted key: no run shows one
         ratio = page.locator(".kv-sv-ratio").inner_text()
         rates = {p: r["tokens_per_second"] for p, r in sent.items()}
         assert rates == {r.policy: round(r.tokens_per_second, 1) for r in (static, cont)}
@@ -249,4 +284,50 @@ def test_reused_blocks_in_a_browser(shared):
         assert (f"{run.blocks_allocated} allocated, {run.blocks_freed} freed, {run.blocks_cached} kept by the index at the end"
                 in on.locator(".kv-caption").inner_text())
         shot(page, "timeline-reused")
+        assert not errors, errors
+
+
+@pytest.mark.slow
+def test_a_preemption_and_chunks_in_a_browser(costly):
+    """The page marks the preempted request's cell with a ✕, says what it cost (steps without it, tokens fed again),
+    writes each chunk's tokens under its letter and says its share of the prefill, and counts a request's tokens
+    across its preemption; the legend gains the two keys."""
+    from browser import chromium, shot, tip
+
+    tight, chunked = costly["pool of 8 blocks"], costly["16 tokens a step"]
+    with chromium() as browser:
+        page, errors = standalone(browser, ServingTimeline.of(costly))
+        small = page.locator(".kv-sv-run[data-name='continuous batching, pool of 8 blocks']")
+        cut = page.locator(".kv-sv-run[data-name='continuous batching, 16 tokens a step']")
+        out = small.locator("td[data-kind='preempted']")
+        assert out.count() == 1 and out.inner_text() == "✕D" and (out.get_attribute("data-step"),
+                                                                   out.get_attribute("data-slot")) == ("3", "2")
+        assert out.evaluate("e => getComputedStyle(e).borderTopStyle") == "dashed"  # a shape cue, not colour alone
+        assert tip(page, out).splitlines()[:5] == [
+            "request D · continuous batching, pool of 8 blocks · step 3 · slot 2",
+            "preempted: an older request's next token found no free block, so this one, the newest, gave its blocks "
+            "back and waits in front",
+            "its cost: 21 steps without it, then from step 24 97 tokens fed again",
+            "prompt 96 tokens · answer 4 tokens", "1 preemption in this run"]
+        again = small.locator("td[data-step='24'][data-slot='0']")
+        assert again.inner_text() == "▸D" and tip(page, again).splitlines()[1] == (
+            "prefill again after its preemption: its prompt and answer so far, 97 tokens fed again (past the blocks "
+            "the index kept)")
+        assert tip(page, small.locator("td[data-step='25'][data-slot='0']")).splitlines()[1] == "decode: token 3 of 4"
+        assert sum(s.preempted for s in tight.served) == small.locator("td[data-kind='preempted']").count()
+
+        d = cut.locator("td[data-request='3'][data-kind='prefill']")
+        assert d.all_inner_texts() == ["▸D14"] * 6 + ["▸D12"]
+        assert d.evaluate_all("cs => cs.map(c => +c.dataset.fed)") == [14] * 6 + [12]
+        assert d.evaluate_all("cs => cs.map(c => +c.dataset.chunk)") == list(range(1, 8))
+        assert sum(map(int, d.evaluate_all("cs => cs.map(c => c.dataset.fed)"))) == len(chunked.served[3].request.prompt_ids)
+        assert tip(page, d.nth(1)).splitlines()[:3] == [
+            "request D · continuous batching, 16 tokens a step · step 3 · slot 2",
+            "prefill in 7 chunks of at most 16 tokens a step: chunk 2, 14 tokens; 28 of 96 fed", "prompt 96 tokens · answer 4 tokens"]
+        assert tip(page, cut.locator("td[data-step='9'][data-request='3']")).splitlines()[1] == "decode: token 2 of 4"
+        assert "1 preemption · 257 tokens fed" in small.locator(".kv-sv-figures").inner_text()
+        keys = [" ".join(k.split()) for k in page.locator(".kv-legend .kv-key").all_inner_texts()]
+        assert [k.split(" ")[0] for k in keys] == ["▸A", "↺A", "▸A13", "A", "✕A", "·"]  # chunk and preempted: shown here
+        assert keys[2].startswith("▸A13 prefill chunk (step_tokens)") and keys[4].startswith("✕A preempted:")
+        shot(page, "timeline-costs")
         assert not errors, errors

@@ -81,11 +81,15 @@ class Served:  # one request's life in a run; times in seconds from the start (w
 
 
 @dataclass
-class Step:
-    cells: list     # per slot: (request index, "prefill" or "decode"), or None for an idle slot
+class Step:  # a preempted request's cell is the slot it held, at the step that sent it back (0 tokens fed)
+    cells: list     # per slot: (request index, "prefill" | "decode" | "preempted", tokens fed), or None when idle
     seconds: float  # its forward call, with its sampling and bookkeeping
     blocks: int     # blocks in use at the end of the step
     cached: int = 0  # blocks the index keeps at the end of the step that no request holds
+
+    @property
+    def preempted(self):  # -> the requests preempted at this step (their blocks freed, to be recomputed)
+        return [c[0] for c in self.cells if c and c[1] == "preempted"]
 
 
 @dataclass
@@ -136,9 +140,9 @@ class ServingRun:
         return sum(s.steps_to_last_token for s in self.served) / len(self.served)
 
     @property
-    def idle(self):  # the fraction of slot-steps that held no request
+    def idle(self):  # the fraction of slot-steps that held no request (a preempted one's slot holds none)
         cells = [c for step in self.steps for c in step.cells]
-        return sum(c is None for c in cells) / len(cells)
+        return sum(c is None or c[1] == "preempted" for c in cells) / len(cells)
 
     def clock(self):  # -> [seconds from the start to the end of each step]
         return list(itertools.accumulate(step.seconds for step in self.steps))
@@ -223,10 +227,10 @@ def calls(model, run):
     for record in steps(model, batch):
         model.synchronize()
         seconds, k = time.perf_counter() - mark, len(run.steps)
+        cells = [None] * run.max_batch
         for d in record.preempted:  # it leaves its slot; its answer so far stays, its tokens are computed again
             s = run.served[who[id(d)]]
-            slots[s.slot], s.preempted = None, s.preempted + 1
-        cells = [None] * run.max_batch
+            slots[s.slot], s.preempted, cells[s.slot] = None, s.preempted + 1, (who[id(d)], "preempted", 0)
         for d, n in record.rows:
             i = who[id(d)]
             s = run.served[i]
@@ -234,7 +238,7 @@ def calls(model, run):
                 s.slot, s.reused = slots.index(None), d.seq.reused
                 slots[s.slot] = i
             s.fed += n
-            cells[s.slot] = (i, "decode" if n == 1 and d.seq.length > len(d.gen.prompt_ids) else "prefill")
+            cells[s.slot] = (i, "decode" if n == 1 and d.seq.length > len(d.gen.prompt_ids) else "prefill", n)
             if d.seq.length == len(d.gen.prompt_ids) + len(d.gen.ids) - 1:  # it read everything: it picked a token
                 s.first = k if s.first is None else s.first
         for d in record.finished:  # it leaves its slot after the step
@@ -253,8 +257,9 @@ def serve(model, requests, policy="continuous", max_batch=4, block_size=16, n_bl
           step_tokens=None):
     """Serve `requests` (all arrived at time 0) greedily, static or continuous; -> a ServingRun.
 
-    Each step records which request holds which slot, whether it was that request's prefill or a
-    decode, and the wall clock of its forward call (see new_run for n_blocks and step_tokens). With
+    Each step records which request holds which slot, whether it was that request's prefill (a chunk of it, with
+    step_tokens), a decode or its preemption, the tokens it fed, and the wall clock of its forward call (see new_run
+    for n_blocks and step_tokens). With
     prefix_caching, each request's prefill reads its prompt's longest cached prefix (Served.reused)."""
     run = new_run(model, requests, policy, max_batch, block_size, n_blocks, prefix_caching, step_tokens)
     for _ in calls(model, run):

@@ -2,11 +2,13 @@
 continuous batching, from live runs (serving.side_by_side or serving.serve).
 
 Rows are the slots, columns the steps. A cell carries its request's letter; a prefill cell is also
-hatched and bold with a ▸ (a ↺ when it read cached blocks: prefix caching), a decode cell plain, an idle slot
-dotted with a grey · (colour is never the only cue). Hover a cell for its request's prompt and answer lengths,
-the prompt tokens it reused, time to first token and latency; its cells light up in every run shown. Under
-the slots, the blocks in use after each step, and above them those the index keeps that no request holds.
-Without runs, or with data it cannot draw, the view says so in place."""
+hatched and bold with a ▸ (a ↺ when it read cached blocks: prefix caching), and a chunk of a longer prefill
+(serve's step_tokens) its token count; a decode cell plain; a preempted request's cell, at the step it gave its
+blocks back, dashed with a ✕; an idle slot dotted with a grey · (colour is never the only cue). Hover a cell for
+its request's prompt and answer lengths, the prompt tokens it reused, a chunk's share of its prefill, what a
+preemption cost (steps without it, tokens fed again), time to first token and latency; its cells light up in
+every run shown. Under the slots, the blocks in use after each step, and above them those the index keeps that
+no request holds. Without runs, or with data it cannot draw, the view says so in place."""
 
 import reprlib
 
@@ -17,7 +19,7 @@ from ...i18n import TEXT, local, t
 from ...server.serving import ServingRun
 from .base import View, module
 
-MARK = {"prefill": "▸", "decode": "", "reused": "↺"}  # reused: a prefill that read cached blocks
+MARK = {"prefill": "▸", "decode": "", "reused": "↺", "preempted": "✕"}  # reused: a prefill that read cached blocks
 
 
 def ms(seconds):
@@ -31,9 +33,10 @@ class ServingTimeline(View):
     requests = T.List().tag(sync=True)  # per request of the stream: {label, prompt, answer} (tokens)
     runs = T.List().tag(sync=True)      # per run: {name, policy, max_batch, n_blocks, block_size, tokens, ms,
                                         #   tokens_per_second, mean_latency_ms, mean_ttft_ms, idle, blocks_allocated,
-                                        #   blocks_freed, blocks_cached, cells: [step][slot] null or
-                                        #   [request, "prefill" | "decode"], step_ms: [step], blocks: [step] (in use),
-                                        #   cached: [step], served: [{slot, reused, ttft_ms, latency_ms}]}
+                                        #   blocks_freed, blocks_cached, step_tokens, tokens_fed, preemptions,
+                                        #   cells: [step][slot] null or [request, "prefill" | "decode" | "preempted",
+                                        #   tokens fed], step_ms: [step], blocks: [step] (in use), cached: [step],
+                                        #   served: [{slot, reused, preempted, ttft_ms, latency_ms}]}
 
     @classmethod
     def of(cls, runs, title=None):
@@ -64,10 +67,12 @@ class ServingTimeline(View):
             tokens=run.tokens, ms=ms(run.seconds), tokens_per_second=round(run.tokens_per_second, 1),
             mean_latency_ms=ms(run.mean_latency), mean_ttft_ms=ms(run.mean_ttft), idle=round(run.idle, 4),
             blocks_allocated=run.blocks_allocated, blocks_freed=run.blocks_freed, blocks_cached=run.blocks_cached,
+            step_tokens=run.step_tokens, tokens_fed=run.tokens_fed, preemptions=sum(s.preempted for s in run.served),
             cells=[[list(c) if c else None for c in step.cells] for step in run.steps],
             step_ms=[ms(step.seconds) for step in run.steps], blocks=[step.blocks for step in run.steps],
             cached=[step.cached for step in run.steps],
-            served=[dict(slot=s.slot, reused=s.reused, ttft_ms=ms(s.ttft), latency_ms=ms(s.latency)) for s in run.served])
+            served=[dict(slot=s.slot, reused=s.reused, preempted=s.preempted, ttft_ms=ms(s.ttft), latency_ms=ms(s.latency))
+                    for s in run.served])
 
     def summary(self):
         if not self.runs:
@@ -85,13 +90,21 @@ class ServingTimeline(View):
                                     latency=f"{run['mean_latency_ms']:,.1f}", ttft=f"{run['mean_ttft_ms']:,.1f}",
                                     idle=f"{run['idle']:.0%}", allocated=f"{run['blocks_allocated']:,}",
                                     freed=f"{run['blocks_freed']:,}", cached=f"{run['blocks_cached']:,}"))
+            if run["preemptions"] or run["step_tokens"]:
+                lines.append(t("timeline.fed", preemptions=t("timeline.preemption" if run["preemptions"] == 1 else
+                                                             "timeline.preemptions", n=run["preemptions"]),
+                               fed=f"{run['tokens_fed']:,}"))
             for slot in range(run["max_batch"]):
-                row = [c and self.requests[c[0]]["label"] + self._mark(run, c) for c in (step[slot] for step in run["cells"])]
-                lines.append(t("timeline.slot_head", slot=slot) + ": " + " ".join(c or "." for c in row))
+                row = [step[slot] for step in run["cells"]]
+                lines.append(t("timeline.slot_head", slot=slot) + ": " + " ".join(
+                    self.requests[c[0]]["label"] + self._mark(run, row, k) if c else "." for k, c in enumerate(row)))
         # no table of every request's times: the run's means above and the cell's own lines carry the lesson
         return "\n".join(lines)
 
     @staticmethod
-    def _mark(run, cell):  # ▸ a prefill, ↺ one that read cached blocks, nothing for a decode
-        request, kind = cell
-        return MARK["reused"] if kind == "prefill" and run["served"][request]["reused"] else MARK[kind]
+    def _mark(run, row, k):  # ▸ a prefill, ↺ one that read cached blocks, then a chunk's tokens; ✕ preempted
+        request, kind, fed = row[k]
+        if kind != "prefill":
+            return MARK[kind]
+        chunk = any(0 <= j < len(row) and row[j] and row[j][:2] == row[k][:2] for j in (k - 1, k + 1))
+        return MARK["reused" if run["served"][request]["reused"] else kind] + (str(fed) if chunk else "")
