@@ -301,3 +301,27 @@ def test_an_admission_tried_and_undone_logs_no_hit(tiny):
         tried += waiting.seq is None  # still waiting after this step: it was tried and did not fit
     hits = [e for e in cache.pool.events if e.kind == "hit"]
     assert tried >= 2 and len(hits) == waiting.seq.reused // 4 < 3  # R's growth evicted some of the prefix
+
+
+def test_a_cached_block_that_a_held_one_continues_is_not_room(tiny):
+    """X and Y compute the same first block in one call; X files it, and Y files its own second block under X's copy.
+    When X ends, its first block stays cached but cannot be evicted (eviction takes leaves, and Y holds its child):
+    the pool counts it out of the room a call can have, so a call that would need it is refused before any sequence
+    takes a slot (all or nothing), and one that fits without it runs."""
+    cache = PagedKVCache(tiny.config.n_layer, n_blocks=8, block_size=4)
+    p, q = list(range(10, 19)), list(range(10, 14)) + list(range(40, 45))  # 9 tokens each, the first 4 alike
+    x, y = cache.add(p), cache.add(q)
+    forward_rows(tiny, cache, [(x, p), (y, q)])  # 3 blocks each: 2 free
+    cache.file(x)
+    cache.file(y)
+    first = cache.sequence(x).blocks[0]
+    assert cache.pool.entries[cache.sequence(y).blocks[1]].parent == first  # Y's second block continues X's first
+    cache.release(x)
+    assert cache.pool.cached == 2 and len(cache.pool.free) == 3 and cache.pool.available == 4
+    z = cache.add()
+    assert cache.fits([(z, 16)]) and not cache.fits([(z, 17)])
+    with pytest.raises(KVLibError, match="needs 5 more blocks but 4"):
+        forward_rows(tiny, cache, [(z, list(range(1, 18)))])
+    assert cache.sequence(z).blocks == [] and cache.sequence(z).length == 0 and cache.pool.available == 4
+    forward_rows(tiny, cache, [(z, list(range(1, 17)))])
+    assert first in cache.pool.entries and cache.pool.in_use == 3 + 4  # Y's blocks and Z's; X's first still filed

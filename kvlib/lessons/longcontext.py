@@ -31,7 +31,7 @@ def step_seconds_by_context(model, lengths, repeats=5, seed=0):
     of the machine slows all lengths of a round alike. The fastest repeat of each length is kept,
     on one thread (see measure.one_thread)."""
     lengths = sorted(int(n) for n in lengths)
-    if not lengths or lengths[0] < 1 or lengths[-1] >= model.config.n_ctx:
+    if not lengths or lengths[0] < 1 or not model.fits(lengths[-1] + 1):
         raise KVLibError(f"lengths must lie between 1 and {model.config.n_ctx - 1} ({model.name}'s context "
                          f"{model.config.n_ctx} minus the token fed); got {lengths}")
     check_repeats(repeats)

@@ -35,7 +35,7 @@ def step_seconds(model, lengths=(32, 64, 128, 256, 512), repeats=3, seed=0):
     (measure.one_thread): on a busy 2-core machine two threads made the uncached step 4-5x slower and let it
     bend (a longer text timed faster than a shorter)."""
     lengths = sorted(int(n) for n in lengths)
-    if not lengths or lengths[0] < 2 or lengths[-1] > model.config.n_ctx:
+    if not lengths or lengths[0] < 2 or not model.fits(lengths[-1]):
         raise KVLibError(f"lengths must lie between 2 and {model.config.n_ctx} ({model.name}'s context); "
                          f"got {lengths}")
     check_repeats(repeats)
@@ -115,7 +115,7 @@ def prompt_caching_by_length(model, lengths, uncached_tail=16, repeats=3, seed=0
     fastest of `repeats` rounds, after a round untimed, the lengths in turn: _prefill_rounds), "receipts" (each
     length's last warm receipt), "repeats", "model"}."""
     lengths = sorted(int(n) for n in lengths)
-    if not lengths or lengths[0] <= uncached_tail or lengths[-1] > model.config.n_ctx:
+    if not lengths or lengths[0] <= uncached_tail or not model.fits(lengths[-1]):
         raise KVLibError(f"lengths must lie between {uncached_tail + 1} (more than the uncached tail) and "
                          f"{model.config.n_ctx} ({model.name}'s context); got {lengths}")
     runs, receipts = _prefill_rounds(model, lengths, uncached_tail, repeats, seed, ("cold", "warm"))

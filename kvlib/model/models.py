@@ -124,6 +124,9 @@ class Model:
         """Wait until the device has finished the work queued on it (call before reading a clock)."""
         synchronize(self.device)
 
+    def fits(self, n_tokens):  # the one check, for all of kvlib, that a sequence of n tokens fits the context
+        return n_tokens <= self.config.n_ctx
+
     def check_ids(self, ids, past_len=0):
         """Validate ids for one forward pass; returns them as a tensor on the model's device."""
         if isinstance(ids, str):
@@ -133,7 +136,7 @@ class Model:
             raise KVLibError("the prompt is empty: give at least one token of text")
         if ids.min() < 0 or ids.max() >= self.config.vocab_size:
             raise KVLibError(f"token ids must be in 0..{self.config.vocab_size - 1} for {self.name}")
-        if past_len + len(ids) > self.config.n_ctx:
+        if not self.fits(past_len + len(ids)):
             raise KVLibError(
                 f"{past_len + len(ids)} tokens do not fit in {self.name}'s context of {self.config.n_ctx}"
                 + (f" ({past_len} cached + {len(ids)} new): shorten the prompt or start a new cache" if past_len

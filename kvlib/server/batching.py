@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import KVLibError
-from .generate import Generation, Rules, check_sampling, fits, pick
+from .generate import Generation, Rules, check_sampling, pick
 from .paged_cache import PagedKVCache, Sequence
 
 
@@ -39,7 +39,7 @@ def forward_rows(model, cache, rows):  # rows [(sequence id, [ids])] -> logits [
     # every row checked (ids in the vocabulary, a text encoded; within the context) before any sequence takes a slot
     rows = [(seq_id, model.check_ids(seq_ids)) for seq_id, seq_ids in rows]
     for seq_id, seq_ids in rows:
-        if not fits(model, cache.sequence(seq_id).length + len(seq_ids)):
+        if not model.fits(cache.sequence(seq_id).length + len(seq_ids)):
             raise KVLibError(f"sequence {seq_id} would hold {cache.sequence(seq_id).length + len(seq_ids)} tokens, "
                              f"past {model.name}'s context of {model.config.n_ctx}: release it and start anew")
     cache.schedule([(seq_id, len(seq_ids)) for seq_id, seq_ids in rows])
@@ -116,8 +116,8 @@ def schedule(batch):  # -> rows [(Decoding, tokens)] of this step, the sequences
         d.seq = cache.sequence(cache.add(d.gen.prompt_ids, d.tenant, d.spans, d.shared, d.min_hit))
         n = min(len(unread(d)), left)
         # it waits, and everyone behind it: when its first chunk finds no free blocks, or when its next block is
-        # one a prompt in this step is computing, so that it reads it at the next step instead of computing it
-        # again (as SGLang's in-batch prefix check does; vLLM and nano-vllm compute it twice)
+        # one a prompt in this step will file (in this chunk or a later one), so that it reads it then instead of
+        # computing it again (as SGLang's in-batch prefix check does; vLLM and nano-vllm compute it twice)
         if not cache.fits([(q.seq.id, k) for q, k in rows] + [(d.seq.id, n)]) or d.seq.plan and any(
                 d.seq.plan[0][0] == key for q, _ in rows for key, *_ in q.seq.plan):
             cache.release(d.seq.id)

@@ -109,11 +109,12 @@ class Entry:  # what the index knows of a block filed in it
 
 class BlockPool:
     """n_blocks blocks handed out and taken back, with a count of holders per block, and the index of
-    full blocks by key. A block goes back to the free list when its last holder lets go, unless the
+    filed blocks by key (full blocks, and a prompt cache's copied parts up to a mark). A block goes back to the free list when its last holder lets go, unless the
     index keeps it (cached: unheld, evictable).
 
     The free list is a heap, so the lowest free block goes first and the blocks in use stay packed at
-    the start of the pool (paged attention here reads the pool up to the last block in use)."""
+    the start of the pool and a lone sequence's blocks often lie one after another (paged_cache reads
+    them as one slice of the pool)."""
 
     def __init__(self, n_blocks, ttl_seconds=None, clock=None):
         check_count(n_blocks, "a pool's n_blocks")
@@ -138,7 +139,15 @@ class BlockPool:
 
     @property
     def available(self):  # blocks an allocation can get: the free ones, and the cached ones it may evict
-        return len(self.free) + len(self.lru)
+        # eviction takes leaves only, so a cached block that a held one continues (it was filed under another
+        # sequence's copy of its prefix) stays until that holder lets go: it is not room
+        kept = set()
+        for block, entry in self.entries.items():
+            up = entry.parent if self.refs[block] else None
+            while up is not None and up not in kept:
+                kept.add(up)
+                up = self.entries[up].parent
+        return len(self.free) + sum(block not in kept for block in self.lru)
 
     def check(self, block):
         if not (is_count(block) and 0 <= block < self.n_blocks):
@@ -189,7 +198,7 @@ class BlockPool:
         return blocks
 
     def register(self, block, key, parent, tenant):
-        """File a held, full block under `key`, after `parent` (the indexed block before it in its
+        """File a held block (full, or a copied part up to a mark) under `key`, after `parent` (the indexed block before it in its
         sequence, or None for a prompt's first); -> False, filing nothing, when another block holds
         the key already (two sequences computed one prefix: the first filed stays)."""
         if self.refs[block] == 0 or block in self.entries:

@@ -66,8 +66,8 @@ class Rules:  # how one sequence picks its tokens and when it stops: what pick r
 
 
 def pick(model, gen, logits, rules):  # logits [V] -> the next token, appended to gen.ids
-    """The one place kvlib picks a token and the one set of stop rules: generate's loop and batching.postprocess call
-    it. gen.stop names the rule that ends the sequence with this token (a code of STOPS), or stays "" while it
+    """Where every decode loop that answers picks a token, and the one set of stop rules: generate's loop and
+    batching.postprocess call it. gen.stop names the rule that ends the sequence with this token (a code of STOPS), or stays "" while it
     goes on; gen.stop_reason says it in words."""
     token = sample(logits, rules.temperature, rules.top_k, rules.top_p, rules.generator)
     gen.ids.append(token)
@@ -75,13 +75,9 @@ def pick(model, gen, logits, rules):  # logits [V] -> the next token, appended t
         gen.stop, gen.stop_args = "max_new_tokens", {"n": rules.max_new_tokens}
     elif rules.stop_at_eos and token == model.eos_token_id:
         gen.stop = "eos"
-    elif not fits(model, len(gen.prompt_ids) + len(gen.ids) + 1):  # the context is full: no room for one more
+    elif not model.fits(len(gen.prompt_ids) + len(gen.ids) + 1):  # the context is full: no room for one more
         gen.stop, gen.stop_args = "context", {"model": model.name, "n": model.config.n_ctx}
     return token
-
-
-def fits(model, n_tokens):  # the one check that a sequence of n tokens fits the model's context
-    return n_tokens <= model.config.n_ctx
 
 
 def check_sampling(max_new_tokens, temperature, top_k, top_p):

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .batching import Batch, Decoding, steps
-from .blocks import ManualClock, block_keys, full_spans, prompt_spans  # noqa: F401 (ManualClock: PromptCache(clock=...))
+from .blocks import ManualClock, block_keys, prompt_spans  # noqa: F401 (ManualClock: PromptCache(clock=...))
 from ..errors import KVLibError, check_count, is_count, is_number
 from .generate import Generation, Rules, check_sampling, stop_words
 from .paged_cache import PagedKVCache

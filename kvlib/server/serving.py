@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 
 from .batching import Batch, Decoding, steps
 from ..errors import KVLibError, check_count, is_count
-from .generate import Generation, Rules, fits
+from .generate import Generation, Rules
 from ..model.measure import check_repeats, one_thread, random_ids, request_lengths
 from .paged_cache import PagedKVCache, blocks_for
 
@@ -160,7 +160,7 @@ def request_stream(model, n, seed=0, scale=0.1, max_len=None):
     token ids of the model's vocabulary (measure.random_ids), the same for the same seed."""
     if max_len is None:
         max_len = model.config.n_ctx
-    if not fits(model, max_len):  # request_lengths checks the rest
+    if not model.fits(max_len):  # request_lengths checks the rest
         raise KVLibError(f"max_len {max_len} is past {model.name}'s context of {model.config.n_ctx}")
     lengths = request_lengths(n, seed, max_len, scale)
     return [Request(label(i), random_ids(model, p, seed=seed * 100_003 + i), a) for i, (p, a) in enumerate(lengths)]
@@ -168,7 +168,7 @@ def request_stream(model, n, seed=0, scale=0.1, max_len=None):
 
 def check_fits(model, prompt_len, max_new_tokens, who, fix):
     """A served answer is exactly max_new_tokens long (ignore_eos), so prompt and answer must fit the context."""
-    if max_new_tokens < 1 or not fits(model, prompt_len + max_new_tokens):
+    if max_new_tokens < 1 or not model.fits(prompt_len + max_new_tokens):
         raise KVLibError(f"{who}{prompt_len} prompt tokens and {max_new_tokens} to answer must fit {model.name}'s "
                          f"context of {model.config.n_ctx}, answering at least 1{fix}")
 

@@ -178,7 +178,7 @@ def idle_neighbour(model, batch=8, prompt_len=32, idle_tokens=1000, rounds=20, s
     runs one decode step of the batch on each pool in turn (one token each, the same ids), so both grow alike;
     the fastest step of each is kept after a warm-up round. A sequence that attends only to its own tokens
     pays nothing for the neighbour: the ratio stays near 1."""
-    if idle_tokens + 1 > model.config.n_ctx or prompt_len + rounds + 1 > model.config.n_ctx:
+    if not model.fits(idle_tokens + 1) or not model.fits(prompt_len + rounds + 1):
         raise KVLibError(f"{model.name} holds {model.config.n_ctx} tokens: an idle sequence of "
                                 f"{idle_tokens} does not fit, take a smaller one or a model with a longer context")
     prompts = [random_ids(model, prompt_len, seed + i) for i in range(batch)]

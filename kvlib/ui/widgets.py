@@ -158,7 +158,7 @@ class Tokens(App):
         n = len(self.counts[self.tokenizers[0].name])
         self.message.value = (_error(f"{n} tokens: longer than {self.model.name}'s context of "
                                      f"{self.model.config.n_ctx}, so the model could not read all of it")
-                              if n > self.model.config.n_ctx else "")
+                              if not self.model.fits(n) else "")
 
 
 class Divergence(App):
