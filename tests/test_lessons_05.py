@@ -223,7 +223,8 @@ def test_old_queries_effect_would_see_a_model_that_reads_old_queries(tiny, monke
     from kvlib.model import gpt2
 
     honest = gpt2.attention
-    mixed = lambda q, k, v, mask: honest(0.5 * q + 0.5 * q.cumsum(1) / torch.arange(1, q.shape[1] + 1)[:, None], k, v, mask)
+    so_far = lambda q: q.cumsum(1) / torch.arange(1, q.shape[1] + 1)[:, None]  # [nh, T, hs]: mean of the queries up to each
+    mixed = lambda q, k, v, mask: honest(0.5 * q + 0.5 * so_far(q), k, v, mask)
     monkeypatch.setattr(gpt2, "attention", mixed)
     changes, _ = cache_evidence.old_queries_effect(tiny, [5, 17, 99, 3, 42], 8)
     assert changes["K and V"] > 1e-2
