@@ -76,6 +76,14 @@ def test_saving_is_the_share_of_bytes_not_held():
     assert r.saving == 0.75 and r.loss_increase == 0.5
 
 
+def test_loss_noise_is_twice_the_standard_error_of_the_per_position_differences():
+    # differences 0.1, -0.1, 0.3, -0.3: mean 0, sample std sqrt(0.2 / 3), over 4 positions
+    r = compression.Result("hand-made", 1, 1, 0.0, 0.0, 0.0, [1.1, 0.9, 1.3, 0.7], [1.0, 1.0, 1.0, 1.0])
+    assert r.loss_noise == pytest.approx(2 * math.sqrt(0.2 / 3) / 2, abs=1e-6)
+    steady = compression.Result("hand-made", 1, 1, 0.0, 0.0, 0.0, [1.1] * 4, [1.0] * 4)  # the same change everywhere
+    assert steady.loss_noise == pytest.approx(0, abs=1e-6)
+
+
 def test_heldout_text_starts_at_the_first_act_and_is_not_in_tiny_training(tiny):
     assert tiny.decode(compression.heldout_ids(tiny, 5)).startswith("ACT I.")
     assert "Measure for Measure" in (models.ASSETS / "README.md").read_text()  # its provenance is told

@@ -197,17 +197,60 @@ def test_smollm2_needs_what_each_token_gives(smollm2, smollm2_hf):
 
 
 @pytest.mark.parametrize("name", ["tiny", "small_llama", "smollm2"])
-def test_the_new_row_uses_no_old_query(request, name):
+def test_the_new_row_is_built_from_its_query_and_the_cache(request, name):
     model = request.getfixturevalue(name)
     ids = [5, 17, 99, 3, 42, 8] if name != "smollm2" else model.encode("Mary had a little bit")
     for layer in (0, model.config.n_layer - 1):
         row = cache_evidence.new_row(model, ids, layer)
-        S = len(ids)
-        assert row.full.shape == row.from_cache.shape == row.noisy_queries.shape == (model.config.n_head, 1, S)
+        assert row.full.shape == row.from_cache.shape == (model.config.n_head, 1, len(ids))
         assert (row.full - row.from_cache).abs().max() < 1e-5
         assert (row.out_full - row.out_from_cache).abs().max() < 1e-4
-        assert (row.noisy_queries - row.full).abs().max() < 1e-5  # old queries: noise, and the row stays
-        assert (row.noisy_keys - row.full).abs().max() > 1e-3  # old keys: noise, and it moves (8e-3 at least here)
+
+
+@pytest.mark.parametrize("name", ["tiny", "small_llama", "smollm2"])
+def test_old_queries_are_never_read_old_keys_and_values_are(request, name):
+    model = request.getfixturevalue(name)
+    ids = [5, 17, 99, 3, 42] if name != "smollm2" else model.encode("Mary had a little")
+    changes, moved = cache_evidence.old_queries_effect(model, ids, 8)
+    assert len(moved) == model.config.n_layer and min(moved) > 0.1  # every layer's old queries were others
+    assert changes["K and V"] < 1e-4  # ... and the new token's logits stayed the uncached run's
+    assert min(changes["K"], changes["V"], changes["neither"]) > 1e-3  # K or V not the true ones: 7e-3 at least here
+
+
+def test_old_queries_effect_would_see_a_model_that_reads_old_queries(tiny, monkeypatch):
+    """Plant attention in which each query is half the mean of all queries so far (a new token would then read old
+    queries): the pass with wrong old queries and true K and V no longer matches the uncached run."""
+    from kvlib.model import gpt2
+
+    honest = gpt2.attention
+    so_far = lambda q: q.cumsum(1) / torch.arange(1, q.shape[1] + 1)[:, None]  # [nh, T, hs]: mean of the queries up to each
+    mixed = lambda q, k, v, mask: honest(0.5 * q + 0.5 * so_far(q), k, v, mask)
+    monkeypatch.setattr(gpt2, "attention", mixed)
+    changes, _ = cache_evidence.old_queries_effect(tiny, [5, 17, 99, 3, 42], 8)
+    assert changes["K and V"] > 1e-2
+
+
+def test_a_step_counted_matches_the_formula_in_every_part(tiny, small_llama, random_gpt2):
+    """Rows fed to each weight matrix and scores the mask let through, counted in a real step, both families."""
+    for model in (tiny, small_llama, random_gpt2):
+        ids = list(range(40, 40 + 37))
+        for cached in (True, False):
+            macs, rows = memory.counted_step_macs_by_part(model, ids, cached)
+            assert macs == memory.decode_step_macs_by_part(model.config, len(ids), cached)
+            kv = [name for name in rows if memory.WEIGHT_PARTS[name] in ("Q, K and V", "K and V projections")]
+            assert {rows[name] for name in kv} == {model.config.n_layer * (1 if cached else len(ids))}
+            assert rows["lm_head.weight"] == 1  # the next token's logits only, either way
+
+
+def test_the_count_sees_work_the_formula_does_not(tiny, monkeypatch):
+    """Plant a model that multiplies every input by each weight matrix twice: the count doubles, the formula not."""
+    from kvlib.model import gpt2
+
+    twice = lambda x, w, b: [torch.addmm(b, x, w) for _ in range(2)][-1]
+    monkeypatch.setattr(gpt2, "linear", twice)
+    macs, rows = memory.counted_step_macs_by_part(tiny, list(range(40, 60)), cached=False)
+    formula = memory.decode_step_macs_by_part(tiny.config, 20, cached=False)
+    assert macs["feed-forward"] == 2 * formula["feed-forward"] and rows["attn.c_attn.weight"] == 2 * 20 * 4
 
 
 def test_attention_row_is_the_models_attention(small_llama):

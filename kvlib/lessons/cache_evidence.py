@@ -14,9 +14,11 @@ outputs), shown by measuring real runs rather than by argument.
   tokens' O in place of their V, or every layer the next layer's K and V, and the next prediction moves away
   from the uncached run's, while the true K and V reproduce it. `o_for_v_in_one_layer` measures, in one
   layer, how far O stands from V and how much of what the new token reads the swap changes.
-- `new_row`: why not Q. The new token's row of attention, computed by hand from its own query
-  and the cached K and V (the cache has no queries to offer), equals the uncached pass's last
-  row; with the old tokens' queries made noise it is still that row, with their keys made noise it is not.
+- `new_row` and `old_queries_effect`: why not Q. The new token's row of attention, computed by hand from its
+  own query and the cached K and V (the cache has no queries to offer), equals the uncached pass's last row.
+  And a whole pass whose old tokens are random ones, so that every layer's old queries are wrong, gives the
+  new token the uncached run's logits as long as each layer reads the true old K and V (`TrueOldRows`);
+  with only the true K, or only the true V, it does not.
 - `cached_step` and `step_shapes`: one decode step with the cache, traced, and the shapes of
   what it computed: one query row against all the cached keys.
 
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import i18n
-from ..model.kv_cache import causal_mask
+from ..model.kv_cache import KVCache, LayerCache
 from ..model.models import KVLibError
 from ..model.trace import Trace
 
@@ -195,36 +197,17 @@ def attention_row(q, K, V, config):  # q [nh, 1, hs], K and V [nkv, S, hs] -> we
     return weights, weights @ V
 
 
-def causal_last_row(q, k, config):  # q [nh, T, hs], k [nkv, T, hs] -> [nh, 1, T]
-    """The last row of the attention weights as an uncached pass computes them: every token's query
-    against every key (query head h reading K/V head config.kv_head(h)), later keys masked; then the last row."""
-    T = q.shape[1]
-    k = k[config.kv_head(torch.arange(q.shape[0]))]  # [nh, T, hs]
-    mask = causal_mask(torch.arange(T), torch.arange(T)).to(q)  # the model's own mask: no token reads a later one
-    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + mask, dim=-1)[:, -1:]
-
-
-def old_rows_noised(x, seed=0):  # [heads, T, hs] -> a copy whose first T-1 rows are noise, each as long as the row
-    noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).to(x)
-    noise = noise * x.norm(dim=-1, keepdim=True) / noise.norm(dim=-1, keepdim=True)
-    return torch.cat([noise[:, :-1], x[:, -1:]], dim=1)
-
-
 @dataclass
 class NewRow:
     full: torch.Tensor            # [nh, 1, S] the last row of the weights in a pass over all tokens, no cache
     from_cache: torch.Tensor      # [nh, 1, S] attention_row(the new token's q, the cached K, V)
-    noisy_queries: torch.Tensor   # [nh, 1, S] the full pass's last row, recomputed with the old queries noise
-    noisy_keys: torch.Tensor      # [nh, 1, S] the same with the old keys noise instead
     out_full: torch.Tensor        # [nh, 1, hs] the full pass's last output row
     out_from_cache: torch.Tensor  # [nh, 1, hs] attention_row's output from the new q and the cache
 
 
 def new_row(model, ids, layer):
     """The last token of `ids`, fed as a decode step after the others were cached: its attention row at
-    `layer` from the uncached pass, by hand from its own query and the cache, and as the uncached pass
-    computes it (every query, causal mask) with the old tokens' queries, then their keys, replaced by
-    noise of the same lengths. If an old query entered the new row, noise in it would move the row."""
+    `layer` from the uncached pass, and by hand from its own query and the cache (which has no queries)."""
     ids = model.check_ids(ids).tolist()
     if len(ids) < 2 or not 0 <= layer < model.config.n_layer:
         raise KVLibError(f"give at least 2 tokens and a layer in 0..{model.config.n_layer - 1}")
@@ -234,9 +217,46 @@ def new_row(model, ids, layer):
     model.forward(ids[-1:], cache=cache, trace=step)      # the new token: its q, its k and v join the cache
     K, V = cache.layers[layer].keys, cache.layers[layer].values  # [nkv, S, hs]
     weights, out = attention_row(step.layers[layer].q, K, V, model.config)
-    t, c = full.layers[layer], model.config
-    return NewRow(t.weights[:, -1:], weights, causal_last_row(old_rows_noised(t.q), t.k, c),
-                  causal_last_row(t.q, old_rows_noised(t.k), c), t.out[:, -1:], out)
+    t = full.layers[layer]
+    return NewRow(t.weights[:, -1:], weights, t.out[:, -1:], out)
+
+
+class TrueOldRows(LayerCache):
+    """One layer of a pass fed every token at once: the old tokens' K rows, V rows or both (None: the pass's own)
+    are put back to `keys`, `values` [nkv, P, hs], a true cache's, before attention reads them."""
+
+    def __init__(self, keys, values):
+        super().__init__()
+        self.true = keys, values
+
+    def append(self, k, v):  # [nkv, T, hs] x 2, T > P: the first P rows are the old tokens'
+        k, v = (mine if true is None else torch.cat([true, mine[:, true.shape[1]:]], 1)
+                for mine, true in zip((k, v), self.true))
+        return super().append(k, v)
+
+
+def old_queries_effect(model, ids, new_id, seed=0):
+    """One pass over ids + [new_id] with the old tokens swapped for random ones, so that in every layer their
+    queries (and all they compute) are not the prompt's, while each layer reads the prompt's true old K rows, V
+    rows, both, or neither (TrueOldRows, from the prompt's cache). Returns ({"K and V", "K", "V", "neither":
+    largest |difference| of the new token's logits from the true uncached run's}, [per layer: |old q - true old q|
+    / |true old q|, from the "K and V" pass]). If a new token read any old query, "K and V" would move too."""
+    ids = model.check_ids(ids).tolist()
+    true, cache = Trace(), model.new_cache()
+    reference = model.forward(ids + [int(new_id)], trace=true)[-1]
+    model.forward(ids, cache=cache)
+    others = torch.randint(model.config.vocab_size, (len(ids),), generator=torch.Generator().manual_seed(seed))
+    changes, moved = {}, None
+    for label, parts in (("K and V", "KV"), ("K", "K"), ("V", "V"), ("neither", "")):
+        run, trace = KVCache(0), Trace()
+        run.layers = [TrueOldRows(c.keys if "K" in parts else None, c.values if "V" in parts else None)
+                      for c in cache.layers]
+        logits = model.forward(others.tolist() + [int(new_id)], cache=run, trace=trace)[-1]
+        changes[label] = (logits - reference).abs().max().item()
+        if moved is None:  # [nh, P, hs] per layer: the old rows of q, in this pass and in the true one
+            moved = [((a.q[:, :-1] - b.q[:, :-1]).norm() / b.q[:, :-1].norm()).item()
+                     for a, b in zip(trace.layers, true.layers)]
+    return changes, moved
 
 
 def cached_step(model, ids):

@@ -55,6 +55,13 @@ class Result:
     def loss_increase(self):  # nats per token lost
         return self.loss - self.baseline_loss
 
+    @property
+    def loss_noise(self):  # nats: twice the standard error of loss_increase, a mean over the text's positions
+        """How far loss_increase may stray from 0 by the luck of one text: a change within it, up or down, is one
+        this text cannot tell from none (per-position differences are not independent, so read it as a guide)."""
+        diff = torch.tensor(self.per_position) - torch.tensor(self.baseline_per_position)
+        return 2 * diff.std().item() / len(diff) ** 0.5
+
     def __str__(self):
         baseline = f"{self.baseline_bytes_per_token:,.0f}"
         return t("compression.result", name=self.name, bytes=f"{self.bytes_per_token:,.0f}",

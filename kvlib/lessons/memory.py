@@ -6,14 +6,21 @@ Compute, counted in multiply-adds (one multiply and one add; FLOPs are twice thi
 a forward pass of T new tokens after P cached ones does the weight matmuls for the
 T tokens only, and attention of each new token over everything before it. Grouped
 KV heads (Llama family) shrink both the cache and the K and V projections.
+`counted_step_macs_by_part` counts the same parts in a real step (rows fed to each weight matrix, scores
+the mask let through), so the formula can be caught out.
 """
 
 import bisect
+from collections import Counter
 from dataclasses import dataclass, replace
+
+import torch
+from torch.overrides import TorchFunctionMode
 
 from ..errors import KVLibError, check_count
 from ..i18n import t
 from ..model.models import FAMILIES, Config
+from ..model.trace import Trace
 from ..texttable import text_table
 
 
@@ -54,6 +61,57 @@ def decode_step_macs(config, seq_len, cached):
 def decode_step_macs_by_part(config, seq_len, cached):
     """decode_step_macs split by part (Q projection, ..., logits): where a step's multiply-adds go."""
     return forward_macs_by_part(config, seq_len - 1, 1) if cached else forward_macs_by_part(config, 0, seq_len)
+
+
+# which part of a step each weight matrix serves, by its name in either family (GPT-2's c_attn holds Q | K | V)
+WEIGHT_PARTS = {"attn.c_attn.weight": "Q, K and V", "attn.c_proj.weight": "output projection",
+                "mlp.c_fc.weight": "feed-forward", "mlp.c_proj.weight": "feed-forward",
+                "self_attn.q_proj.weight": "Q projection", "self_attn.k_proj.weight": "K and V projections",
+                "self_attn.v_proj.weight": "K and V projections", "self_attn.o_proj.weight": "output projection",
+                "mlp.gate_proj.weight": "feed-forward", "mlp.up_proj.weight": "feed-forward",
+                "mlp.down_proj.weight": "feed-forward", "lm_head.weight": "logits"}
+
+
+class _Products(TorchFunctionMode):
+    """Counts, while active, the rows each weight matrix is multiplied with: x @ w and addmm(b, x, w)."""
+
+    def __init__(self, weights):  # {id(tensor): name}
+        super().__init__()
+        self.weights, self.rows = weights, Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.Tensor.matmul, torch.matmul, torch.addmm) and id(args[-1]) in self.weights:
+            self.rows[self.weights[id(args[-1])]] += args[-2].shape[0]  # x [rows, in] @ w [in, out]
+        return func(*args, **(kwargs or {}))
+
+
+def counted_step_macs_by_part(model, ids, cached):
+    """decode_step_macs_by_part(model.config, len(ids), cached) counted in a real step rather than by formula: the
+    step that reads ids[:-1] from a cache and feeds ids[-1], or feeds all of ids without one. Each product with a
+    weight matrix counts its rows x the matrix's numbers (c_attn's split by its Q | K | V columns); attention counts
+    2 x head size for each score the mask let through (one multiply-add to score a key, one to mix its value).
+    -> ({part: multiply-adds}, {weight name: rows fed in all layers})"""
+    ids, c = model.check_ids(ids).tolist(), model.config
+    cache, trace = model.new_cache(), Trace()
+    if cached:
+        model.forward(ids[:-1], cache=cache)
+    weights = {id(w): name for p in model.params["h"] for name, w in p.items() if name in WEIGHT_PARTS}
+    weights[id(model.params["lm_head.weight"])] = "lm_head.weight"
+    with _Products(weights) as counter:
+        model.forward(ids[-1:] if cached else ids, cache=cache, trace=trace, last_only=True)
+    named = list(model.params["h"][0].items()) + [("lm_head.weight", model.params["lm_head.weight"])]
+    size = {name: w.numel() for name, w in named}  # numbers in each matrix: its multiply-adds per row fed
+    macs = dict.fromkeys(forward_macs_by_part(c, 0, 1), 0)
+    for name, rows in counter.rows.items():
+        part = WEIGHT_PARTS[name]
+        if part == "Q, K and V":  # [C, q_width + 2 kv_width]: Q's columns first
+            q_share = rows * size[name] * c.n_head // (c.n_head + 2 * c.n_kv_head)
+            macs["Q projection"] += q_share
+            macs["K and V projections"] += rows * size[name] - q_share
+        else:
+            macs[part] += rows * size[name]
+    macs["attention (scores and mixing)"] = sum(int(t.scores.isfinite().sum()) for t in trace.layers) * 2 * c.head_dim
+    return macs, dict(counter.rows)
 
 
 def macs_table(config, n):

@@ -4,7 +4,7 @@ from ...server.generate import generate
 from .. import cache_evidence, memory
 from . import exercise
 
-EXAMPLE = "The king is dead"  # notebook 5's running example (notebook 4's too): whole words on every tokenizer here
+EXAMPLE = "The king is dead"  # notebook 5's example, the running line's start: whole words on every tokenizer here
 
 
 @exercise("05.k_rows", hint={"en": "Each forward pass appends one K row per token it is fed, in every layer; "
