@@ -218,7 +218,7 @@ def test_page_02_cuts_the_learners_text_as_kvlib_does(browser, live):
         assert page.evaluate("window.kvLive.last.tokens.ids") == {"own": model.encode(text), "gpt2": gpt2.encode(text)}
         for tag, tok in (("kv-strip-own", own), ("kv-strip-gpt2", gpt2)):
             state = strips[tag].evaluate("m => window.kvSite.state(m)")
-            want = widgets.TokenStrip.data(tok, text)
+            want = views.TokenStrip.data(tok, text)
             if tok is gpt2:  # the app links another tokenizer's chips by their own texts (widgets.Tokens.update)
                 want["link"] = views.base.link_for([tok.name] + [t["text"] for t in want["tokens"]])
             assert {k: state[k] for k in want} == want, (text, tag)

@@ -56,19 +56,19 @@ def test_generate_fills_the_cache_it_is_given(tiny, hf_tiny):
 @pytest.mark.parametrize("name", ["tiny", "smollm2"])
 def test_tokens_view_is_the_models_tokens(name, request):
     model = request.getfixturevalue(name)
-    view = views.Tokens.of(model, "Check out ngrok.ai")
+    view = views.TokenStrip.of(model, "Check out ngrok.ai")
     ids = model.encode("Check out ngrok.ai")
     assert [t["id"] for t in view.tokens] == ids and [t["pos"] for t in view.tokens] == list(range(len(ids)))
     assert [t["text"] for t in view.tokens] == [model.decode([i]) for i in ids]
     assert [bytes.fromhex(t["bytes"]) for t in view.tokens] == [model.decode([i]).encode() for i in ids]
     same = views.Matrix.of(torch.zeros(len(ids), 2), [model.decode([i]) for i in ids])
-    assert view.link == same.link != views.Tokens.of(model, "Check out ngrok").link  # views of one prompt link up
+    assert view.link == same.link != views.TokenStrip.of(model, "Check out ngrok").link  # views of one prompt link up
     with pytest.raises(kvlib.KVLibError, match="empty"):
-        views.Tokens.of(model, "")
+        views.TokenStrip.of(model, "")
 
 
 def test_tokens_view_of_another_tokenizer():
-    o200k = views.Tokens.of(tokenization.openai("o200k_base"), "Check out ngrok.ai")
+    o200k = views.TokenStrip.of(tokenization.openai("o200k_base"), "Check out ngrok.ai")
     assert [t["id"] for t in o200k.tokens] == [4383, 842, 1657, 17690, 75584]  # tiktoken's ids
     assert o200k.title == "GPT-4o / GPT-5 (o200k_base): 5 tokens for 18 characters (18 bytes)"
 
@@ -120,7 +120,7 @@ def test_decode_step_is_the_models_own_step(name, layer, head, kv, request):
 
 def test_views_of_one_run_link_and_fall_back_to_text(tiny):
     tokens = [tiny.decode([i]) for i in tiny.encode("Mary had a little")]
-    a = views.Tokens.of(tiny, "Mary had a little")
+    a = views.TokenStrip.of(tiny, "Mary had a little")
     b = views.Matrix.of(torch.zeros(len(tokens), 3), tokens)
     c = views.Matrix.of(torch.zeros(len(tokens) - 1, 3), tokens[:-1])
     assert a.link == b.link != c.link

@@ -13,7 +13,7 @@ from kvlib.server import serving
 from kvlib.server.prompt_cache import ManualClock
 from kvlib.ui import views
 from kvlib.ui.views import AttentionGrid, CacheGrowth, DecodeStep, EmbeddingMap, Matrix, PromptBlocks, ServingTimeline, \
-    Tokens
+    TokenStrip
 
 NAN, INF = float("nan"), float("inf")
 TOKENS = ["Mary", " had", " a"]
@@ -22,7 +22,7 @@ TOKENS = ["Mary", " had", " a"]
 def test_every_view_has_its_bad_input_here():
     assert set(views.__all__) - {"View", "link_for"} == {
         "AttentionGrid", "CacheGrowth", "DecodeStep", "EmbeddingMap", "Matrix", "PromptBlocks", "ServingTimeline",
-        "Tokens"}, "a new view: add its bad input to this file"
+        "TokenStrip"}, "a new view: add its bad input to this file"
 
 
 @pytest.mark.parametrize("matrix, tokens, kwargs, says", [
@@ -61,12 +61,12 @@ def test_matrix_refuses_a_model(tiny):
 def test_tokens_refuses_what_is_no_text(tiny, text, says):
     for tokenizer in (tiny, tokenization.gpt2()):  # the model's own tokenizer, and any other
         with pytest.raises(KVLibError, match=says):
-            Tokens.of(tokenizer, text)
+            TokenStrip.of(tokenizer, text)
 
 
 def test_tokens_refuses_a_name_for_a_tokenizer():
     with pytest.raises(KVLibError, match=r"takes a tokenizer \(tokenization.gpt2\(\), or a loaded model for its own\)"):
-        Tokens.of("tiny", "Mary")
+        TokenStrip.of("tiny", "Mary")
 
 
 def trace_of(model, ids):

@@ -82,7 +82,7 @@ def test_tokens_view_uses_each_tokenizers_ids(tiny):
         assert strip.title.startswith(f"{tok.name}: {len(tok.encode('Check out ngrok.ai'))} tokens for 18 characters")
     assert app.counts["GPT-4o / GPT-5 (o200k_base)"] == [4383, 842, 1657, 17690, 75584]
     own, *others = app.strips  # the model's strip links to the model's other views; the rest link to none of them
-    assert own.link == views.Tokens.of(tiny, "Check out ngrok.ai").link  # the model's other views of this prompt
+    assert own.link == views.TokenStrip.of(tiny, "Check out ngrok.ai").link  # the model's other views of this prompt
     assert len({s.link for s in app.strips}) == len(app.strips)
 
 

@@ -269,7 +269,7 @@
 
   // ---- the views' data, as their Python side builds it ----------------------------------------------------
 
-  // views.Tokens.data: a strip's chips, its title and link
+  // views.TokenStrip.data: a strip's chips, its title and link
   function tokensData(tok, name, text) {
     const chunks = tok.encode(text).ids.map((id) => ({ id, bytes: tokenBytes(tok, id) }));
     const texts = chunks.map((c) => chunkText(c.bytes));

@@ -368,10 +368,10 @@ def live_views(lang):
     """The views a live panel draws, by live.js's names: {name: (its class, its words in `lang`)}. The same classes
     and i18n words the notebooks' views have, so a panel's view is the notebook's."""
     from .. import i18n
-    from ..ui.views import AttentionGrid, CacheGrowth, PromptBlocks, Tokens
+    from ..ui.views import AttentionGrid, CacheGrowth, PromptBlocks, TokenStrip
 
     out = {}
-    for name, cls in (("tokens", Tokens), ("att", AttentionGrid), ("cache", CacheGrowth), ("blocks", PromptBlocks)):
+    for name, cls in (("tokens", TokenStrip), ("att", AttentionGrid), ("cache", CacheGrowth), ("blocks", PromptBlocks)):
         prefixes = (cls.WORDS,) if isinstance(cls.WORDS, str) else cls.WORDS
         out[name] = cls, {k: v for prefix in prefixes for k, v in i18n.words(prefix, lang).items()}
     return out

@@ -22,7 +22,7 @@ from ..model.trace import Trace
 from ..server.generate import check_sampling, generate
 from . import plots
 from .views import AttentionGrid, EmbeddingMap, Matrix, PromptBlocks, View, link_for
-from .views import Tokens as TokenStrip  # widgets.Tokens is the app around the strips
+from .views import TokenStrip  # one strip of chips; widgets.Tokens is the app around the strips
 from .views.base import with_fallback
 
 def _error(message):

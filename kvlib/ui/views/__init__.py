@@ -12,7 +12,7 @@ from .embedding import EmbeddingMap
 from .matrix import Matrix
 from .step import DecodeStep
 from .timeline import ServingTimeline
-from .tokens import Tokens
+from .tokens import TokenStrip
 
 __all__ = ["AttentionGrid", "CacheGrowth", "DecodeStep", "EmbeddingMap", "Matrix", "PromptBlocks", "ServingTimeline",
-           "Tokens", "View", "link_for"]
+           "TokenStrip", "View", "link_for"]

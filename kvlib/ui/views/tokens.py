@@ -12,7 +12,7 @@ from ...model.models import KVLibError, Model
 from .base import View, link_for, module
 
 
-class Tokens(View):
+class TokenStrip(View):
     _esm = module("tokens.js")
     WORDS = "tokens"
     title = T.Unicode("").tag(sync=True)
@@ -29,7 +29,7 @@ class Tokens(View):
         if isinstance(tokenizer, Model):
             tokenizer = tokenization.for_model(tokenizer)
         if not (isinstance(tokenizer, tokenization.Tokenizer) and isinstance(text, str)):
-            raise KVLibError(f"Tokens.of takes a tokenizer (tokenization.gpt2(), or a loaded model for its own) and "
+            raise KVLibError(f"TokenStrip.of takes a tokenizer (tokenization.gpt2(), or a loaded model for its own) and "
                              f"the text to cut, a str; got {reprlib.repr(tokenizer)} and {reprlib.repr(text)}")
         chunks = tokenization.chunks(tokenizer, text)
         texts = [c.text for c in chunks]
