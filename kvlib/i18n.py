@@ -512,8 +512,9 @@ TEXT = {
     "timeline.chunk": {"en": "prefill chunk (step_tokens): part of a long prompt, its tokens under the letter; "
                              "decodes share its step",
                        "zh": "预填充分段（step_tokens）：长提示词的一段，字母下是它的 token 数；解码和它共用这一步"},
-    "timeline.preempted": {"en": "preempted: its blocks freed for an older request's next token; fed again later",
-                           "zh": "被抢占：它的块让给了更早请求的下一个 token；之后重新输入"},
+    "timeline.preempted": {"en": "preempted: a running request's next tokens found no free block, so the one admitted "
+                                 "last gave its blocks back; fed again later",
+                           "zh": "被抢占：正在运行的请求的下一批 token 找不到空闲块，于是最后加入的那个请求交还它的块；之后重新输入"},
     "timeline.preemption": {"en": "{n} preemption", "zh": "{n} 次抢占"},
     "timeline.preemptions": {"en": "{n} preemptions", "zh": "{n} 次抢占"},
     "timeline.slot": {"en": "{n} slot", "zh": "{n} 个槽位"},
@@ -548,13 +549,13 @@ TEXT = {
     "timeline.chunk_tip": {"en": "prefill in {m} chunks of at most {budget} tokens a step: chunk {j}, {tokens}; "
                                  "{done} of {total} fed",
                            "zh": "预填充分成 {m} 段，每步最多 {budget} 个 token：第 {j} 段，{tokens}；已输入 {total} 中的 {done}"},
-    "timeline.preempted_tip": {"en": "preempted: an older request's next token found no free block, so this one, the "
-                                     "newest, gave its blocks back and waits in front",
-                               "zh": "被抢占：更早的请求的下一个 token 找不到空闲块，于是最新的这个请求交还它的块，排到等待队列最前面"},
+    "timeline.preempted_tip": {"en": "preempted: a running request's next tokens (its own or an older one's) found no "
+                                     "free block, so this one, admitted last, gave its blocks back and waits in front",
+                               "zh": "被抢占：正在运行的请求（它自己或更早的请求）的下一批 token 找不到空闲块，于是最后加入的这个请求交还它的块，排到等待队列最前面"},
     "timeline.preempted_cost": {"en": "its cost: {steps} without it, then from step {again} {tokens} fed again",
                                 "zh": "代价：{steps}里没有它，然后从第 {again} 步起重新输入 {tokens}"},
-    "timeline.recompute_tip": {"en": "prefill again after its preemption: its prompt and answer so far, {tokens} fed "
-                                     "again (past the blocks the index kept)",
+    "timeline.recompute_tip": {"en": "prefill again after its preemption: its prompt and the answer it had made, "
+                                     "{tokens} fed again (past the blocks the index kept)",
                                "zh": "被抢占后重新预填充：它的提示词和已有的回答，重新输入 {tokens}（索引留着的块除外）"},
     "timeline.preempted_times": {"en": "{n} in this run", "zh": "这次运行中共 {n}"},
     "timeline.reused_tip": {"en": "prefill: {reused} of its {prompt} read from cached blocks, {computed} computed",
@@ -580,8 +581,8 @@ TEXT = {
     "timeline.text_empty": {"en": "No runs to show: give ServingTimeline.of the runs of serving.side_by_side (or serving.serve).",
                             "zh": "没有可显示的运行：把 serving.side_by_side（或 serving.serve）的运行交给 ServingTimeline.of。"},
     "timeline.text_cells": {"en": "cells: a request's letter; ▸ its prefill; ↺ its prefill, reading cached blocks; "
-                                  "▸13 a prefill chunk of 13 tokens; ✕ preempted; . an idle slot",
-                            "zh": "格子：请求的字母；▸ 它的预填充；↺ 读了缓存块的预填充；▸13 13 个 token 的预填充分段；"
+                                  "▸n a prefill chunk of n tokens; ✕ preempted; . an idle slot",
+                            "zh": "格子：请求的字母；▸ 它的预填充；↺ 读了缓存块的预填充；▸n n 个 token 的预填充分段；"
                                   "✕ 被抢占；. 空闲的槽位"},
     "timeline.text_run": {"en": "run {j} · {name}: {tokens} tokens in {ms} ms = {rate} tokens/s; mean latency {latency} ms, "
                                 "mean time to first token {ttft} ms; {idle} of slot-steps idle; blocks: {allocated} "

@@ -236,7 +236,7 @@ def test_the_timeline_in_a_browser(runs):
         blocks = page.locator(f".kv-sv-run[data-policy='static'] td.kv-sv-blocks[data-step='{k}']")
         assert tip(page, blocks).startswith(f"static batching · after step {k}: {static.steps[k].blocks} of {static.n_blocks} "
                                             f"blocks in use")
-        assert page.locator(".kv-legend .kv-key").count() == 4  # no chunk or preempted key: no run shows one
+        assert page.locator(".kv-legend .kv-key").count() == 3  # no reused, chunk or preempted key: no run shows one
         ratio = page.locator(".kv-sv-ratio").inner_text()
         rates = {p: r["tokens_per_second"] for p, r in sent.items()}
         assert rates == {r.policy: round(r.tokens_per_second, 1) for r in (static, cont)}
@@ -283,6 +283,7 @@ def test_reused_blocks_in_a_browser(shared):
         assert [round(h, 1) for _, h in heights[:2]] == [round(100 * st.cached / run.n_blocks, 1), round(100 * st.blocks / run.n_blocks, 1)]
         assert (f"{run.blocks_allocated} allocated, {run.blocks_freed} freed, {run.blocks_cached} kept by the index at the end"
                 in on.locator(".kv-caption").inner_text())
+        assert "↺A prefill that read cached blocks" in " ".join(page.locator(".kv-legend").inner_text().split())
         shot(page, "timeline-reused")
         assert not errors, errors
 
@@ -305,14 +306,14 @@ def test_a_preemption_and_chunks_in_a_browser(costly):
         assert out.evaluate("e => getComputedStyle(e).borderTopStyle") == "dashed"  # a shape cue, not colour alone
         assert tip(page, out).splitlines()[:5] == [
             "request D · continuous batching, pool of 8 blocks · step 3 · slot 2",
-            "preempted: an older request's next token found no free block, so this one, the newest, gave its blocks "
-            "back and waits in front",
+            "preempted: a running request's next tokens (its own or an older one's) found no free block, so this one, "
+            "admitted last, gave its blocks back and waits in front",
             "its cost: 21 steps without it, then from step 24 97 tokens fed again",
             "prompt 96 tokens · answer 4 tokens", "1 preemption in this run"]
         again = small.locator("td[data-step='24'][data-slot='0']")
         assert again.inner_text() == "▸D" and tip(page, again).splitlines()[1] == (
-            "prefill again after its preemption: its prompt and answer so far, 97 tokens fed again (past the blocks "
-            "the index kept)")
+            "prefill again after its preemption: its prompt and the answer it had made, 97 tokens fed again (past the "
+            "blocks the index kept)")
         assert tip(page, small.locator("td[data-step='25'][data-slot='0']")).splitlines()[1] == "decode: token 3 of 4"
         assert sum(s.preempted for s in tight.served) == small.locator("td[data-kind='preempted']").count()
 
@@ -327,7 +328,7 @@ def test_a_preemption_and_chunks_in_a_browser(costly):
         assert tip(page, cut.locator("td[data-step='9'][data-request='3']")).splitlines()[1] == "decode: token 2 of 4"
         assert "1 preemption · 257 tokens fed" in small.locator(".kv-sv-figures").inner_text()
         keys = [" ".join(k.split()) for k in page.locator(".kv-legend .kv-key").all_inner_texts()]
-        assert [k.split(" ")[0] for k in keys] == ["▸A", "↺A", "▸A13", "A", "✕A", "·"]  # chunk and preempted: shown here
-        assert keys[2].startswith("▸A13 prefill chunk (step_tokens)") and keys[4].startswith("✕A preempted:")
+        assert [k.split(" ")[0] for k in keys] == ["▸A", "▸An", "A", "✕A", "·"]  # chunk and preempted shown; no reuse
+        assert keys[1].startswith("▸An prefill chunk (step_tokens)") and keys[3].startswith("✕A preempted:")
         shot(page, "timeline-costs")
         assert not errors, errors

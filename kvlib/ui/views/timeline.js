@@ -120,15 +120,16 @@ function render({ model, el }) {
       steps: c.cells.length, static: s.cells.length }));
   }
 
-  const legend = (runs) => {  // the chunk and preempted keys only where a run shows them
-    const has = (kind) => runs.some((r) => r.cells.some((step, k) => step.some((c) => c && (kind === "preempted" ?
-      c[1] === kind : c[1] === "prefill" && chunks(r, c[0], k).length > 1))));
+  const legend = (runs) => {  // the reused, chunk and preempted keys only where a run shows them
+    const has = (kind) => kind === "reused" ? runs.some((r) => r.served.some((s) => s.reused)) :
+      runs.some((r) => r.cells.some((step, k) => step.some((c) => c && (kind === "preempted" ?
+        c[1] === kind : c[1] === "prefill" && chunks(r, c[0], k).length > 1))));
     const keys = ["prefill", "reused", "chunk", "decode", "preempted", "idle"]
-      .filter((k) => !["chunk", "preempted"].includes(k) || has(k));
+      .filter((k) => !["reused", "chunk", "preempted"].includes(k) || has(k));
     const box = (kind) => KV.h("span", { class: `kv-sv-cell kv-sv-${{ reused: "prefill", chunk: "prefill" }[kind] || kind}`,
       style: ["idle", "preempted"].includes(kind) ? {} : { background: kind === "decode" ? KV.TINTS[0] : hatched(0) } },
       { idle: "·", prefill: "▸A", reused: "↺A", chunk: "▸A", decode: "A", preempted: "✕A" }[kind],
-      kind === "chunk" ? KV.h("span", { class: "kv-sv-n" }, "13") : []);
+      kind === "chunk" ? KV.h("span", { class: "kv-sv-n" }, "n") : []);
     return KV.h("div", { class: "kv-legend" },
       keys.map((kind) => KV.h("span", { class: "kv-key" }, box(kind), ` ${w[kind]}`)));
   };
