@@ -302,8 +302,9 @@ TEXT = {
                              "from the cache, the last one new; head size {hs}",
                        "zh": "玩具数字：送进 {token} 的那一步（用缓存）：K 和 V 的前 {cached} 行从缓存里读，"
                              "最后一行是新的；头的维数 head_dim 为 {hs}"},
-    "step.title": {"en": "{model}, layer {layer}, head {head} (reading K/V head {kv}): the step that feeds {token}",
-                   "zh": "{model}，第 {layer} 层、头 {head}（读 K/V 头 {kv}）：送进 {token} 的那一步"},
+    "step.title": {"en": "{model}, layer {layer}, head {head}{reads}: the step that feeds {token}",
+                   "zh": "{model}，第 {layer} 层、头 {head}{reads}：送进 {token} 的那一步"},
+    "step.reads": {"en": " (reading K/V head {kv})", "zh": "（读 K/V 头 {kv}）"},
     "step.toy": {"en": "Made-up numbers small enough to check by hand; the real head follows.",
                  "zh": "编出来的小数字，小到可以手算核对；下面接着是真实的头。"},
     "step.back": {"en": "◀ Back", "zh": "◀ 上一步"},

@@ -245,6 +245,23 @@ def test_sinks_rescue_a_sliding_window_on_smollm2(smollm2):
     assert sinks.loss > sinks.baseline_loss  # still a cost: the window forgets
 
 
+def test_a_loss_gap_between_two_caches_is_read_as_a_loss_against_the_full_one(tiny):
+    """Notebook 7 weighs keys per token against per channel by loss_gap: against the full cache it is loss_noise."""
+    ids = compression.heldout_ids(tiny, 96)
+    int4, full = compression.quantized_kv(tiny, ids, 4), compression.quantized_kv(tiny, ids, None)
+    gap, noise = compression.loss_gap(int4, full)
+    assert gap == pytest.approx(int4.loss_increase, abs=1e-6) and noise == pytest.approx(int4.loss_noise, rel=1e-4)
+    assert noise > 0 and compression.loss_gap(full, int4)[0] == pytest.approx(-gap)
+    with pytest.raises(kvlib.KVLibError, match="same text"):
+        compression.loss_gap(int4, compression.quantized_kv(tiny, ids[:64], 4))
+
+
+def test_a_tiny_kl_shows_its_size_not_zeros():
+    """Notebook 7's int8 KL, about 1e-5 nats, printed as 0.0000 told a reader nothing."""
+    assert "KL 1.2e-05 nats" in str(compression.Result("hand-made", 256, 1024, 2.0, 2.0, 1.23e-5))
+    assert [compression.nats(x) for x in (0.0, 0.1637, 0.001, 9.9e-4)] == ["0.0000", "0.1637", "0.0010", "9.9e-04"]
+
+
 def test_a_result_says_what_numbers_its_saving_is_set_against(tiny):
     """Notebook 7's int8 line: 2,304 bytes against 8,192 is a saving against fp32, tiny's cache, and it says so."""
     assert "vs 1,024 in bf16 (75% saved)" in str(compression.Result("hand-made", 256, 1024, 2.0, 1.5, 0.1, baseline_dtype="bf16"))

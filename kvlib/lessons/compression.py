@@ -35,6 +35,10 @@ GROUP = 32           # numbers sharing one scale and zero-point in a quantized c
 SCALE_BYTES = 2 + 2  # each group stores its scale and zero-point in fp16
 
 
+def nats(x):  # -> text: 4 decimals, or 2 digits in scientific notation under 0.001, where 4 decimals read 0.0000
+    return f"{x:.4f}" if x == 0 or abs(x) >= 1e-3 else f"{x:.1e}"
+
+
 @dataclass
 class Result:
     name: str
@@ -59,15 +63,25 @@ class Result:
     def loss_noise(self):  # nats: twice the standard error of loss_increase, a mean over the text's positions
         """How far loss_increase may stray from 0 by the luck of one text: a change within it, up or down, is one
         this text cannot tell from none (per-position differences are not independent, so read it as a guide)."""
-        diff = torch.tensor(self.per_position) - torch.tensor(self.baseline_per_position)
-        return 2 * diff.std().item() / len(diff) ** 0.5
+        return _noise(self.per_position, self.baseline_per_position)
 
     def __str__(self):
         baseline = f"{self.baseline_bytes_per_token:,.0f}"
         return t("compression.result", name=self.name, bytes=f"{self.bytes_per_token:,.0f}",
                  baseline=t("compression.in_dtype", baseline=baseline, dtype=self.baseline_dtype) if self.baseline_dtype
                  else baseline, saving=f"{self.saving:.0%}", loss=f"{self.loss:.3f}",
-                 baseline_loss=f"{self.baseline_loss:.3f}", kl=f"{self.kl:.4f}")
+                 baseline_loss=f"{self.baseline_loss:.3f}", kl=nats(self.kl))
+
+
+def _noise(losses, others):  # [T-1], [T-1] per-position losses -> nats: twice the standard error of their mean gap
+    diff = torch.tensor(losses) - torch.tensor(others)
+    return 2 * diff.std().item() / len(diff) ** 0.5
+
+
+def loss_gap(a, b):  # two Results on the same text -> (nats, noise): a's loss minus b's, and Result.loss_noise's guide to it
+    if len(a.per_position) != len(b.per_position):
+        raise KVLibError(f"compare two measurements of the same text: {len(a.per_position)} and {len(b.per_position)} positions")
+    return a.loss - b.loss, _noise(a.per_position, b.per_position)
 
 
 def heldout_ids(model, n_tokens):  # -> list[int], the first n_tokens of the play's first act

@@ -70,9 +70,12 @@ class DecodeStep(View):
         t, held = trace.layers[layer], cache.layers[layer]
         ids = ids + [token]
         tokens = [model.decode([i]) for i in ids]
+        # only grouped heads name the K/V head: with one per query head it is the head itself (notebook 5 names
+        # K/V heads when it comes to GQA, after this step)
+        reads = i18n.t("step.reads", kv=kv) if model.config.n_kv_head < model.config.n_head else ""
         return cls.from_tensors(tokens, t.q[head].cpu(), held.keys[kv].cpu(), held.values[kv].cpu(),
-                                i18n.t("step.title", model=model.name, layer=layer, head=head, kv=kv, token=repr(tokens[-1])),
-                                link=link or link_for(tokens[:-1]))
+                                i18n.t("step.title", model=model.name, layer=layer, head=head, reads=reads,
+                                       token=repr(tokens[-1])), link=link or link_for(tokens[:-1]))
 
     def summary(self):
         def row_text(row):  # up to 8 numbers; −∞ as the mask means it
