@@ -303,11 +303,11 @@ def test_an_admission_tried_and_undone_logs_no_hit(tiny):
     assert tried >= 2 and len(hits) == waiting.seq.reused // 4 < 3  # R's growth evicted some of the prefix
 
 
-def test_a_cached_block_that_a_held_one_continues_is_not_room(tiny):
-    """X and Y compute the same first block in one call; X files it, and Y files its own second block under X's copy.
-    When X ends, its first block stays cached but cannot be evicted (eviction takes leaves, and Y holds its child):
-    the pool counts it out of the room a call can have, so a call that would need it is refused before any sequence
-    takes a slot (all or nothing), and one that fits without it runs."""
+def test_a_block_filed_under_another_sequences_copy_of_its_prefix_holds_that_copy(tiny):
+    """X and Y compute the same first block in one call; X files it, and Y files its own second block under X's
+    copy, which Y then holds as long as it lives: a held block never continues an unheld one, so every cached block
+    can be evicted (leaves first) and counts as room. When X ends, a call needing every free and cached block runs,
+    all or nothing, and one needing one more is refused, unchanged; when Y ends, X's copy is let go after Y's own."""
     cache = PagedKVCache(tiny.config.n_layer, n_blocks=8, block_size=4)
     p, q = list(range(10, 19)), list(range(10, 14)) + list(range(40, 45))  # 9 tokens each, the first 4 alike
     x, y = cache.add(p), cache.add(q)
@@ -315,13 +315,14 @@ def test_a_cached_block_that_a_held_one_continues_is_not_room(tiny):
     cache.file(x)
     cache.file(y)
     first = cache.sequence(x).blocks[0]
-    assert cache.pool.entries[cache.sequence(y).blocks[1]].parent == first  # Y's second block continues X's first
+    assert cache.pool.entries[cache.sequence(y).blocks[1]].parent == first and cache.sequence(y).pins == [first]
     cache.release(x)
-    assert cache.pool.cached == 2 and len(cache.pool.free) == 3 and cache.pool.available == 4
+    assert cache.pool.refs[first] == 1 and cache.pool.cached == 1 and cache.pool.available == 3 + 1
     z = cache.add()
-    assert cache.fits([(z, 16)]) and not cache.fits([(z, 17)])
     with pytest.raises(KVLibError, match="needs 5 more blocks but 4"):
         forward_rows(tiny, cache, [(z, list(range(1, 18)))])
-    assert cache.sequence(z).blocks == [] and cache.sequence(z).length == 0 and cache.pool.available == 4
-    forward_rows(tiny, cache, [(z, list(range(1, 17)))])
-    assert first in cache.pool.entries and cache.pool.in_use == 3 + 4  # Y's blocks and Z's; X's first still filed
+    assert cache.sequence(z).blocks == [] and cache.pool.cached == 1  # refused before any slot was taken
+    forward_rows(tiny, cache, [(z, list(range(1, 17)))])  # 4 blocks: the 3 free and the cached one, evicted
+    assert cache.pool.in_use == 4 + 4 and cache.pool.cached == 0
+    cache.release(y)
+    assert cache.pool.refs[first] == 0 and list(cache.pool.lru)[-1] == first  # the parent, most recently used

@@ -109,8 +109,8 @@ class Entry:  # what the index knows of a block filed in it
 
 class BlockPool:
     """n_blocks blocks handed out and taken back, with a count of holders per block, and the index of
-    filed blocks by key (full blocks, and a prompt cache's copied parts up to a mark). A block goes back to the free list when its last holder lets go, unless the
-    index keeps it (cached: unheld, evictable).
+    filed blocks by key (full blocks, and a prompt cache's copied parts up to a mark). A block goes back to
+    the free list when its last holder lets go, unless the index keeps it (cached: unheld, evictable).
 
     The free list is a heap, so the lowest free block goes first and the blocks in use stay packed at
     the start of the pool and a lone sequence's blocks often lie one after another (paged_cache reads
@@ -139,15 +139,8 @@ class BlockPool:
 
     @property
     def available(self):  # blocks an allocation can get: the free ones, and the cached ones it may evict
-        # eviction takes leaves only, so a cached block that a held one continues (it was filed under another
-        # sequence's copy of its prefix) stays until that holder lets go: it is not room
-        kept = set()
-        for block, entry in self.entries.items():
-            up = entry.parent if self.refs[block] else None
-            while up is not None and up not in kept:
-                kept.add(up)
-                up = self.entries[up].parent
-        return len(self.free) + sum(block not in kept for block in self.lru)
+        # every cached block can go, leaves first: a holder of a filed block holds its parents too (PagedKVCache.file)
+        return len(self.free) + len(self.lru)
 
     def check(self, block):
         if not (is_count(block) and 0 <= block < self.n_blocks):

@@ -48,6 +48,7 @@ class Sequence:
     hits: int = 0                               # of its spans, those read from the index (the first `hits`)
     plan: list = field(default_factory=list)    # [(key, start, end, parent key)] of the blocks still to file, by end
     filed: set = field(default_factory=set)     # keys it filed itself (a receipt's "written")
+    pins: list = field(default_factory=list)    # other sequences' filed blocks that blocks it filed continue
 
 
 @dataclass
@@ -156,7 +157,8 @@ class PagedKVCache:
     def release(self, seq_id):  # a finished sequence gives its blocks back (shared ones stay for their other holders)
         # last block first, so in the index's LRU a prefix's first blocks are the most recently used: a parent
         # is never older than its children (as vLLM frees a request's blocks in reverse)
-        for block in reversed(self.sequence(seq_id).blocks):
+        seq = self.sequence(seq_id)
+        for block in seq.blocks[::-1] + seq.pins[::-1]:  # the pins are parents: let go of after their children
             self.pool.release(block)
         del self.sequences[seq_id]
 
@@ -239,22 +241,17 @@ class PagedKVCache:
             if key in pool.index:
                 continue
             up = pool.index.get(parent)  # its parent's block: this sequence's, or one another filed first
-            if parent is not None and up is None:
-                break  # its parent was not filed (no room) or is gone: filing it would open a hole
-            if up is not None:
-                pool.share(up)  # held while its child is filed: making room cannot take it
-            room = self._room()
-            if room:
-                part = end - start < bs  # a span ending inside the block: its part is copied, the index's alone
-                block = self.copy_of(seq.blocks[start // bs]) if part else seq.blocks[start // bs]
-                pool.register(block, key, up, seq.tenant)
-                if part:
-                    pool.release(block)
-                seq.filed.add(key)
-            if up is not None:
-                pool.release(up)
-            if not room:
-                break
+            if parent is not None and up is None or not self._room():
+                break  # no room, or its parent was not filed or is gone: filing it would open a hole
+            if up is not None and up not in seq.blocks + seq.pins:  # another's copy of its prefix: held while this sequence
+                pool.share(up)                           # is, so a held block never continues an unheld one
+                seq.pins.append(up)                      # (eviction takes unheld leaves: all cached blocks can go)
+            part = end - start < bs  # a span ending inside the block: its part is copied, the index's alone
+            block = self.copy_of(seq.blocks[start // bs]) if part else seq.blocks[start // bs]
+            pool.register(block, key, up, seq.tenant)
+            if part:
+                pool.release(block)
+            seq.filed.add(key)
         else:
             return
         seq.plan = []  # nothing more of its prompt is filed
