@@ -4,8 +4,8 @@ from .i18n import set_language
 from .model.kv_cache import KVCache
 from .model.models import Config, KVLibError, Model, load_model
 from .model.trace import Trace
-from .server.batching import generate_batch
-from .server.generate import Generation, generate
+from .server.generate import generate, generate_batch
+from .server.sampling import Generation
 from .server.prompt_cache import PromptCache
 from .ui import magics
 

@@ -415,7 +415,7 @@ def test_every_name_on_the_map_exists():
 
 
 @pytest.mark.parametrize("dotted, found", [
-    ("generate.pick", True), ("kvlib.server.blocks.BlockPool", True), ("PagedKVCache.add", True),
+    ("sampling.pick", True), ("generate.pick", False), ("kvlib.server.blocks.BlockPool", True), ("PagedKVCache.add", True),
     ("Config.arch", True), ("views.step", True), ("kvlib.set_language", True), ("models.FAMILIES", True),
     ("prompt_cache.Run", False), ("PagedKVCache.file_all", False), ("gpt2.rope", False), ("views.nothing", False),
     ("torch.argmax", None), ("lm_head.weight", None),

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvlib import KVLibError, generate, generate_batch, set_language
+from kvlib import KVLibError, PromptCache, generate, generate_batch, set_language
 from kvlib.server.batching import Batch, Decoding, forward_rows, steps
-from kvlib.server.generate import Generation, Rules
-from kvlib.server.generate import sample
+from kvlib.server.sampling import Generation, Rules
+from kvlib.server.sampling import sample
 from kvlib.server.paged_cache import PagedKVCache
 
 from bounds import assert_logits_close, hf_logits
@@ -76,7 +76,7 @@ def test_a_sequence_that_stops_early_leaves_and_the_others_go_on(tiny):
 
 
 def test_a_batch_stops_each_sequence_where_and_why_generate_stops_it_alone(tiny, monkeypatch):
-    """The stop rules are generate.pick's in both loops: max_new_tokens; the end-of-text token (tiny's answers here
+    """The stop rules are sampling.pick's on every path: max_new_tokens; the end-of-text token (tiny's answers here
     never reach its own, so the third token of one answer stands in for it); a context that is full."""
     prompts = [tiny.encode("Once upon a time"), tiny.encode("Hi"), [1] * (tiny.config.n_ctx - 3)]
     monkeypatch.setattr(tiny, "eos_token_id", generate(tiny, prompts[1], 3).ids[-1])
@@ -326,3 +326,37 @@ def test_a_block_filed_under_another_sequences_copy_of_its_prefix_holds_that_cop
     assert cache.pool.in_use == 4 + 4 and cache.pool.cached == 0
     cache.release(y)
     assert cache.pool.refs[first] == 0 and list(cache.pool.lru)[-1] == first  # the parent, most recently used
+
+
+def test_every_path_picks_every_token_in_the_one_step(tiny, monkeypatch):
+    """generate (with its cache and without), generate_batch, serving (static, continuous), a prompt cache's
+    answer and a shared system prompt's users: each token of each answer is picked in a postprocess of
+    batching.step, called by batching.steps. Counted by wrapping step; a path with a loop of its own picks
+    tokens no step's Record holds, and the count falls short."""
+    from kvlib.lessons.sharing import serve_shared_prefix
+    from kvlib.server import batching, serving
+
+    picked, step = [], batching.step
+
+    def counting(model, batch):
+        before = {d: len(d.gen.ids) for d in [*batch.running, *batch.waiting]}
+        record = step(model, batch)
+        picked.append(sum(len(d.gen.ids) - before[d] for d, _ in record.rows))  # tokens this step picked
+        return record
+    monkeypatch.setattr(batching, "step", counting)
+    prompt = "ROMEO.\nBut soft, what light"
+
+    def tokens(run):  # -> (tokens the path answered, tokens picked in steps while it ran)
+        picked.clear()
+        return run(), sum(picked)
+    for answered, in_steps in [
+        tokens(lambda: len(generate(tiny, prompt, 6, stop_at_eos=False).ids)),
+        tokens(lambda: len(generate(tiny, prompt, 6, use_cache=False, stop_at_eos=False).ids)),
+        tokens(lambda: sum(len(g.ids) for g in generate_batch(tiny, [prompt, "The"], 5, stop_at_eos=False))),
+        *[tokens(lambda policy=policy: sum(len(s.ids) for s in serving.serve(
+            tiny, [serving.Request(serving.label(i), tiny.encode(p), 4) for i, p in enumerate([prompt, "The", "Hi"])],
+            policy, max_batch=2).served)) for policy in ("static", "continuous")],
+        tokens(lambda: len(PromptCache(tiny, block_size=8).answer(prompt, 5).ids)),
+        tokens(lambda: sum(map(len, serve_shared_prefix(tiny, prompt, [" Juliet", " Romeo"], 3).answers))),
+    ]:
+        assert answered == in_steps > 0

@@ -13,7 +13,7 @@ from kvlib.lessons.compression import heldout_ids
 from kvlib.model.measure import random_ids
 from kvlib.server.batching import forward_rows
 from kvlib.server.blocks import BlockPool, ManualClock, block_keys, full_spans
-from kvlib.server.generate import sample
+from kvlib.server.sampling import sample
 from kvlib.server.paged_cache import PagedKVCache, blocks_for
 
 from bounds import assert_logits_close, hf_logits

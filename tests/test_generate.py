@@ -1,6 +1,10 @@
+import dataclasses
+
 import torch
 
 import kvlib
+from kvlib.model import models
+from kvlib.server.sampling import sample
 
 from conftest import hf_greedy  # test_serving.py imports it from here too
 
@@ -20,12 +24,12 @@ def answering(model, monkeypatch, text):
     """The model's forward made to pick `text`'s tokens in turn (a real model never says what a test needs)."""
     picks = iter(model.encode(text))
 
-    def forward(feed, cache=None, last_only=False):
+    def forward(ids, params, config, cache=None, trace=None, last_only=False):  # the family's forward pass
         logits = torch.zeros(1, model.config.vocab_size)
         logits[0, next(picks)] = 1.0
         return logits
 
-    monkeypatch.setattr(model, "forward", forward)
+    monkeypatch.setitem(models.FAMILIES, model.config.arch, dataclasses.replace(model.family, forward=forward))
     return model.encode(text)
 
 
@@ -64,7 +68,7 @@ def test_greedy_and_top_k_1_and_tiny_top_p_pick_what_transformers_picks(tiny, hf
 
 def test_sample_respects_top_p():
     logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
-    picks = {kvlib.generate.__globals__["sample"](logits, 1.0, None, 0.7, torch.Generator().manual_seed(s))
+    picks = {sample(logits, 1.0, None, 0.7, torch.Generator().manual_seed(s))
              for s in range(200)}
     assert picks == {0, 1}
 
@@ -78,8 +82,8 @@ def test_generation_stops_when_the_context_is_full(tiny):
 
 def test_greedy_takes_the_first_of_tied_maxima(tiny):
     """As torch.argmax and transformers do: of equal top logits, the lowest id. Every path picks through
-    generate.pick, so a one-step answer from logits made to tie shows what all of them do."""
-    from kvlib.server.generate import Generation, Rules, pick, sample
+    sampling.pick, so a one-step answer from logits made to tie shows what all of them do."""
+    from kvlib.server.sampling import Generation, Rules, pick, sample
 
     logits = torch.zeros(50)
     logits[[7, 3, 41]] = 2.5  # three ties, the lowest id neither first written nor last

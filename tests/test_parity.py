@@ -123,7 +123,7 @@ def test_every_row_serve_decodes_has_transformers_uncached_logits(name, request,
     model, hf = request.getfixturevalue(name), hf_model(request, name)
     rows, pick = [], batching.pick
 
-    def recording(model, gen, logits, rules):  # what advance hands pick: the sequence's text and its row's logits
+    def recording(model, gen, logits, rules):  # what postprocess hands pick: the sequence's text and its row's logits
         rows.append((tuple(gen.prompt_ids), gen.prompt_ids + gen.ids, logits))
         return pick(model, gen, logits, rules)
 

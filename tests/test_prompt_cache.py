@@ -453,7 +453,7 @@ def test_answers_cold_and_from_a_hit_are_transformers_greedy(request, name):
 
 
 def test_an_answer_is_generates_and_stops_where_it_stops(tiny):
-    """PromptCache.answer decodes on the pool through batching.advance and generate.pick: the tokens and the stop
+    """PromptCache.answer decodes on the pool through batching.steps and sampling.pick: the tokens and the stop
     of generate, cold or from a hit, greedy or seeded, at max_new_tokens, at end-of-text or at a full context."""
     pc = kvlib.PromptCache(tiny, block_size=8)
     long = ids(tiny.config.n_ctx - 5, 1)  # the context fills after 5 tokens

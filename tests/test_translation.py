@@ -253,7 +253,7 @@ def test_in_chinese_a_finished_request_still_gives_its_blocks_back(tiny, zh):
     """Stops are codes that code compares; only their words are translated: under Chinese, serving, batching and
     the prompt cache end each request where English does and release its blocks, and its words are Chinese."""
     from kvlib.server import serving
-    from kvlib.server.batching import generate_batch
+    from kvlib.server.generate import generate_batch
 
     pc = kvlib.PromptCache(tiny, block_size=4)
     answer = pc.answer(tiny.encode("The king is dead, long live the"), max_new_tokens=3)

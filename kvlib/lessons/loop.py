@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import KVLibError
-from ..server.generate import check_sampling, next_piece
+from ..server.sampling import check_sampling, next_piece
 
 
 def stream_pieces(model, ids):  # list[int] -> list[str], a piece per token: what generate hands on_token

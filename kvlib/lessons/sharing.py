@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..errors import KVLibError, check_count
 from ..server.batching import Batch, Decoding, forward_rows, prompt_list, steps
-from ..server.generate import Generation, Rules
+from ..server.sampling import Generation, Rules
 from ..server.paged_cache import PagedKVCache, blocks_for
 from ..server.serving import check_fits
 

@@ -20,7 +20,7 @@ from .. import i18n
 from ..errors import KVLibError
 from ..model.measure import check_repeats, matmul_pass, one_thread, random_ids, timed
 from ..server.batching import Batch, Decoding, steps
-from ..server.generate import Generation, Rules
+from ..server.sampling import Generation, Rules
 from ..server.paged_cache import PagedKVCache
 from ..texttable import pad
 

@@ -1,7 +1,8 @@
 """The step: every sequence kvlib decodes on a paged cache moves one forward call at a time through
 `step`, as nano-vllm's engine does (schedule -> run -> postprocess), and `steps` is the one loop that
-calls it: generate_batch, serving's policies, sharing.serve_shared_prefix and PromptCache's requests
-iterate it, observing each step's Record (timing it, drawing it) from outside.
+calls it: generate (one sequence, on a contiguous KVCache: generate.Solo), generate_batch, serving's
+policies, sharing.serve_shared_prefix and PromptCache's requests iterate it, observing each step's Record
+(timing it, streaming it, drawing it) from outside.
 
 A decode step of one sequence multiplies one row by every weight matrix: the time goes into reading
 the matrices, and the arithmetic units mostly wait. B sequences decoded together give each matrix B
@@ -15,19 +16,18 @@ cost about what one did. Each sequence keeps its own tokens and length in a shar
   running sequence whose next tokens find no free block preempts the most recently admitted one.
 - forward: one `forward_rows` call over every scheduled row, packed.
 - postprocess: each sequence's written prompt blocks go into the pool's index (`PagedKVCache.file`);
-  one that has read all it was given picks its next token (`generate.pick`, with its stops); one
+  one that has read all it was given picks its next token (`sampling.pick`, with its stops); one
   that stopped gives its blocks back.
 """
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
 
 import torch
 
 from ..errors import KVLibError
-from .generate import Generation, Rules, check_sampling, pick
-from .paged_cache import PagedKVCache, Sequence
+from .paged_cache import Sequence
+from .sampling import Generation, Rules, pick
 
 
 @torch.no_grad()
@@ -42,12 +42,12 @@ def forward_rows(model, cache, rows):  # rows [(sequence id, [ids])] -> logits [
         if not model.fits(cache.sequence(seq_id).length + len(seq_ids)):
             raise KVLibError(f"sequence {seq_id} would hold {cache.sequence(seq_id).length + len(seq_ids)} tokens, "
                              f"past {model.name}'s context of {model.config.n_ctx}: release it and start anew")
-    cache.schedule([(seq_id, len(seq_ids)) for seq_id, seq_ids in rows])
+    into = cache.schedule([(seq_id, len(seq_ids)) for seq_id, seq_ids in rows])  # what the forward pass appends to
     ids = torch.cat([seq_ids for _, seq_ids in rows])  # [T]
     if len(rows) == 1:  # one sequence (a prefill, or a batch of one): only its last row needs the output head
-        return model.family.forward(ids, model.params, model.config, cache, last_only=True)
+        return model.family.forward(ids, model.params, model.config, into, last_only=True)
     last = torch.tensor([len(seq_ids) for _, seq_ids in rows], device=model.device).cumsum(0) - 1  # [len(rows)]
-    return model.family.forward(ids, model.params, model.config, cache)[last]
+    return model.family.forward(ids, model.params, model.config, into)[last]
 
 
 @dataclass(eq=False)  # one is itself only: two with the same prompt and answer so far are two requests
@@ -63,7 +63,7 @@ class Decoding:  # one sequence the step serves: what it reads, how it picks and
 
 @dataclass
 class Batch:  # what the scheduler keeps between steps: one cache, who waits, who runs
-    cache: PagedKVCache
+    cache: object  # a PagedKVCache, or generate's Solo (one sequence on a KVCache): what the step asks, each answers
     waiting: deque = field(default_factory=deque)  # [Decoding], first come first served; the preempted go in front
     running: list = field(default_factory=list)    # [Decoding], admitted, oldest first
     max_batch: int = None    # sequences a step runs at most (None: no limit)
@@ -112,7 +112,7 @@ def schedule(batch):  # -> rows [(Decoding, tokens)] of this step, the sequences
                 left -= n
     # no one joins in a step that preempted: the blocks just freed are for those it sent back (as vLLM)
     while join and not preempted and batch.waiting and left and len(batch.running) < (batch.max_batch or float("inf")):
-        d, logged = batch.waiting[0], len(cache.pool.events)
+        d = batch.waiting[0]
         d.seq = cache.sequence(cache.add(d.gen.prompt_ids, d.tenant, d.spans, d.shared, d.min_hit))
         n = min(len(unread(d)), left)
         # it waits, and everyone behind it: when its first chunk finds no free blocks, or when its next block is
@@ -120,9 +120,8 @@ def schedule(batch):  # -> rows [(Decoding, tokens)] of this step, the sequences
         # computing it again (as SGLang's in-batch prefix check does; vLLM and nano-vllm compute it twice)
         if not cache.fits([(q.seq.id, k) for q, k in rows] + [(d.seq.id, n)]) or d.seq.plan and any(
                 d.seq.plan[0][0] == key for q, _ in rows for key, *_ in q.seq.plan):
-            cache.release(d.seq.id)
+            cache.withdraw(d.seq.id)  # admission tried and undone
             d.seq = None
-            del cache.pool.events[logged:]  # admission tried and undone: its lookup's hits were no reads
             break
         batch.running.append(batch.waiting.popleft())
         rows.append((d, n))
@@ -140,9 +139,10 @@ def preempt(batch, d):  # its blocks freed (those it shares stay with their othe
 def postprocess(model, batch, rows, logits):  # -> the sequences that stopped
     finished = []
     for (d, _), row in zip(rows, logits):
+        more = unread(d)  # a prefill chunk with more to come: its logits pick nothing
         batch.cache.file(d.seq.id)  # its prompt's blocks this call wrote go into the pool's index
-        if unread(d):
-            continue  # a prefill chunk with more to come: its logits pick nothing
+        if more:
+            continue
         pick(model, d.gen, row, d.rules)
         if d.gen.stop:
             batch.cache.release(d.seq.id)
@@ -169,30 +169,3 @@ def prompt_list(prompts, who, what="prompts"):  # -> the prompts as a list: text
     if not prompts:
         raise KVLibError(f"{who} takes a list of {what} (texts or id lists), at least one")
     return prompts
-
-
-def generate_batch(model, prompts, max_new_tokens=20, temperature=0.0, top_k=None, top_p=None, seed=None,
-                   stop_at_eos=True, block_size=16):
-    """Continue every prompt (texts or id lists) together; one Generation each, in order.
-
-    Greedy by default, so each answer is the one `generate` gives its prompt alone. With a
-    temperature, sequence i samples with its own generator (seed + i). A sequence that stops
-    (max_new_tokens, end-of-text, context full) leaves the batch and gives its blocks back;
-    the others go on. gen.step_seconds holds the time of every step the sequence took part in,
-    its prefill first."""
-    check_sampling(max_new_tokens, temperature, top_k, top_p)
-    gens = [Generation(model.check_ids(p).tolist()) for p in prompt_list(prompts, "generate_batch")]
-    batch = Batch(PagedKVCache(model.config.n_layer, len(gens), block_size, grow=True))  # it grows as they hold more
-    batch.waiting.extend(Decoding(gen, Rules(max_new_tokens, temperature, top_k, top_p, stop_at_eos=stop_at_eos,
-                                             generator=None if seed is None else torch.Generator().manual_seed(seed + i)),
-                                  spans=[]) for i, gen in enumerate(gens))
-    model.synchronize()  # timing observes the loop: each step from its start to its last token picked
-    mark = time.perf_counter()
-    for record in steps(model, batch):
-        model.synchronize()
-        seconds, mark = time.perf_counter() - mark, time.perf_counter()
-        for d, _ in record.rows:
-            d.gen.step_seconds.append(seconds)
-    for gen in gens:
-        gen.text = model.decode(gen.ids)
-    return gens

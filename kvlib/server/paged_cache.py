@@ -49,6 +49,7 @@ class Sequence:
     plan: list = field(default_factory=list)    # [(key, start, end, parent key)] of the blocks still to file, by end
     filed: set = field(default_factory=set)     # keys it filed itself (a receipt's "written")
     pins: list = field(default_factory=list)    # other sequences' filed blocks that blocks it filed continue
+    logged: int = 0                             # the pool's events before its lookup (withdraw takes its hits back)
 
 
 @dataclass
@@ -139,6 +140,7 @@ class PagedKVCache:
             spans = prompt_spans(len(prompt_ids), self.block_size) if spans is None else spans
             blocks = chains(list(prompt_ids), tenant, spans, self.block_size, shared)
             self.pool.expire()  # what is past its TTL is not found
+            seq.logged = len(self.pool.events)  # after the expiries, which happened whatever comes of this sequence
             # a span's last block filed means its whole chain is: the index never has a hole
             seq.hits = next((d + 1 for d in reversed(range(len(spans)))
                              if spans[d][1] >= min_hit and blocks[d][-1][0] in self.pool.index), 0)
@@ -162,12 +164,17 @@ class PagedKVCache:
             self.pool.release(block)
         del self.sequences[seq_id]
 
+    def withdraw(self, seq_id):  # an admission undone (the step found no room for it): as if it was never added
+        logged = self.sequence(seq_id).logged
+        self.release(seq_id)
+        del self.pool.events[logged:]  # its lookup's hits were no reads
+
     def sequence(self, seq_id):
         if seq_id not in self.sequences:
             raise KVLibError(f"no sequence {seq_id!r} in this cache (released already?): add() one first")
         return self.sequences[seq_id]
 
-    def schedule(self, rows):  # [(sequence id, new tokens)]: what the next forward call's rows are
+    def schedule(self, rows):  # [(sequence id, new tokens)]: the next forward call's rows -> this cache, to pass it
         for seq_id, n in rows:
             self.sequence(seq_id)
             if n < 1:
@@ -175,6 +182,7 @@ class PagedKVCache:
         if len({seq_id for seq_id, _ in rows}) != len(rows):
             raise KVLibError("schedule each sequence at most once per forward call")
         self.rows = list(rows)
+        return self
 
     def admit(self, t_new, device=None):  # -> positions [T], Groups (in place of a mask [T, S])
         """Give each scheduled row a slot (a new block when its sequence's last one is full, a copy of

@@ -40,7 +40,7 @@ import torch
 from .batching import Batch, Decoding, steps
 from .blocks import ManualClock, block_keys, prompt_spans  # noqa: F401 (ManualClock: PromptCache(clock=...))
 from ..errors import KVLibError, check_count, is_count, is_number
-from .generate import Generation, Rules, check_sampling, stop_words
+from .sampling import Generation, Rules, check_sampling, stop_words
 from .paged_cache import PagedKVCache
 
 MODES = ("automatic", "explicit")
@@ -72,7 +72,7 @@ class Answer:
     text: str
     ids: list         # the sampled tokens
     receipt: Receipt
-    stop: str         # as generate's: a code of generate.STOPS (max_new_tokens, end-of-text or a full context)
+    stop: str         # as generate's: a code of sampling.STOPS (max_new_tokens, end-of-text or a full context)
     stop_args: dict
 
     @property

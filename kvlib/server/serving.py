@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 
 from .batching import Batch, Decoding, steps
 from ..errors import KVLibError, check_count, is_count
-from .generate import Generation, Rules
+from .sampling import Generation, Rules
 from ..model.measure import check_repeats, one_thread, random_ids, request_lengths
 from .paged_cache import PagedKVCache, blocks_for
 

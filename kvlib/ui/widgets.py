@@ -19,7 +19,8 @@ from ..lessons import embeddings, pricing, tokenization
 from ..lessons.cache_evidence import rows_change
 from ..lessons.memory import forward_macs
 from ..model.trace import Trace
-from ..server.generate import check_sampling, generate
+from ..server.generate import generate
+from ..server.sampling import check_sampling
 from . import plots
 from .views import AttentionGrid, EmbeddingMap, Matrix, PromptBlocks, View, link_for
 from .views import TokenStrip  # one strip of chips; widgets.Tokens is the app around the strips
