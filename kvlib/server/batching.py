@@ -1,8 +1,8 @@
-"""The step: every sequence kvlib decodes on a paged cache moves one forward call at a time through
-`step`, as nano-vllm's engine does (schedule -> run -> postprocess), and `steps` is the one loop that
-calls it: generate (one sequence, on a contiguous KVCache: generate.Solo), generate_batch, serving's
-policies, sharing.serve_shared_prefix and PromptCache's requests iterate it, observing each step's Record
-(timing it, streaming it, drawing it) from outside.
+"""The step: every sequence kvlib decodes, on a paged cache or alone on its KVCache, moves one forward call
+at a time through `step`, as nano-vllm's engine does (schedule -> run -> postprocess), and `steps` is the one
+loop that calls it: generate (one sequence, on a contiguous KVCache: generate.Solo), generate_batch,
+serving's policies, sharing.serve_shared_prefix and PromptCache's requests iterate it, observing each step's
+Record (timing it, streaming it, drawing it) from outside.
 
 A decode step of one sequence multiplies one row by every weight matrix: the time goes into reading
 the matrices, and the arithmetic units mostly wait. B sequences decoded together give each matrix B
