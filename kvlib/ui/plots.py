@@ -5,6 +5,7 @@ exactly the figure returned and nothing piles up in memory. Inputs are checked
 with a hint, as in jessevig/bertviz.
 """
 
+import contextlib
 import numbers
 
 import matplotlib
@@ -20,8 +21,22 @@ from .. import i18n
 # Only installed ones are named, as matplotlib warns of each missing family it is given.
 CJK_FONTS = ("Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", "Hiragino Sans GB", "Microsoft YaHei",
              "SimHei", "WenQuanYi Zen Hei")
-_installed = {f.name for f in font_manager.fontManager.ttflist}
-matplotlib.rcParams["font.family"] = ["sans-serif", *[f for f in CJK_FONTS if f in _installed][:1]]
+
+
+def _installed():  # -> the font families matplotlib can draw with
+    """matplotlib lists the machine's fonts once and caches the list: a CJK font installed later (make test's
+    fonts-noto-cjk after a first plot) is missing from it, and Chinese labels draw as boxes. Then the fonts the
+    machine has that the list lacks are added (matplotlib's own bitmap-only ones, an emoji font, it refuses)."""
+    manager = font_manager.fontManager
+    if not {f.name for f in manager.ttflist} & set(CJK_FONTS):
+        known = {f.fname for f in manager.ttflist}
+        for path in set(font_manager.findSystemFonts()) - known:
+            with contextlib.suppress(NotImplementedError, OSError, RuntimeError, ValueError):
+                manager.addfont(path)
+    return {f.name for f in manager.ttflist}
+
+
+matplotlib.rcParams["font.family"] = ["sans-serif", *[f for f in CJK_FONTS if f in _installed()][:1]]
 
 
 def _show_figures_inline():
