@@ -88,6 +88,40 @@ def test_two_orders_follow_a_word_into_layer_0_as_each_family_gives_position(tin
         embeddings.two_orders(tiny, ("The king is dead", "The queen is dead"), "king")
 
 
+@torch.no_grad()
+def test_a_model_knows_a_token_only_by_its_row(tiny, small_llama):
+    """Given queen's row, ' king' is read as ' queen' (GPT-2's position table, and RoPE): the swapped model's
+    logits on 'The king...' are the trained model's on 'The queen...', bit for bit, though the trained model
+    tells the two texts apart; the model's own table is left as it was."""
+    text, queen_text = "The king is dead, long live the", "The queen is dead, long live the"
+    for model in (tiny, small_llama):
+        before = embeddings.table(model).clone()
+        king, queen = embeddings.whole_token(model, "king"), embeddings.whole_token(model, " queen ")
+        swapped = embeddings.with_row(model, king, before[queen])
+        assert torch.equal(swapped.forward(model.encode(text)), model.forward(model.encode(queen_text)))
+        assert all(swapped.params[k] is v for k, v in model.params.items() if k != model.family.token_table)
+        swap = embeddings.known_by_row(model, text, "king", "queen")
+        assert swap.texts == (text, queen_text)
+        assert swap.swapped == 0 and swap.top_swapped[0] == swap.top_swapped[1]
+        assert swap.trained == (model.forward(model.encode(text)) - model.forward(model.encode(queen_text))
+                                ).abs().max().item() > 0
+        assert torch.equal(embeddings.table(model), before)
+        nudged = embeddings.with_row(model, king, before[queen] + 1e-3)   # not quite queen's row: read otherwise
+        assert not torch.equal(nudged.forward(model.encode(text)), model.forward(model.encode(queen_text)))
+
+
+def test_a_word_of_several_tokens_has_no_row_to_swap(tiny):
+    assert len(tiny.encode(" Rosencrantz")) == 4
+    with pytest.raises(kvlib.KVLibError, match="' Rosencrantz' is 4 tokens for tiny .* keeps whole"):
+        embeddings.known_by_row(tiny, "The king is dead, long live the", "king", "Rosencrantz")
+    with pytest.raises(kvlib.KVLibError, match="' queen' is not a token of 'The king is dead'"):
+        embeddings.known_by_row(tiny, "The king is dead", "queen", "king")
+    assert embeddings.stand_in(tiny, "king") == "queen"
+    assert len(tiny.encode(" Juliet")) == 2 and embeddings.stand_in(tiny, "Romeo") == "Hamlet"  # Juliet: 2 tokens
+    with pytest.raises(kvlib.KVLibError, match="no other word of 'dragon'"):
+        embeddings.stand_in(tiny, "dragon")
+
+
 def test_widths_put_loaded_models_before_published_ones(tiny, random_gpt2):
     dims = embeddings.widths([tiny, random_gpt2])
     assert list(dims)[:2] == ["tiny", "random-gpt2"] and dims["tiny"] == 256

@@ -5,6 +5,8 @@ names...) that overlap on a line and come apart as dimensions are added;
 `separation` counts it. The position embedding is a second table added in, so the
 same token at two positions enters the model as two different points; a RoPE model
 adds none, and turns each key by its position inside attention instead (`two_orders`).
+`known_by_row` tests that the model knows a token by its row alone: given another word's row, it reads
+the token as that word.
 
 Widths of models kvlib does not load come from memory.CATALOGUE, where each carries its source.
 """
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model.models import KVLibError
+from ..model.models import KVLibError, Model
 from ..model.trace import Trace
 from . import memory
 
@@ -44,6 +46,63 @@ def table(model):  # the token embedding table [V, C]
 
 def lookup(model, ids):  # list[int] -> [T, C]
     return table(model)[torch.as_tensor(ids, device=model.device)]
+
+
+def whole_token(model, word):  # -> the one token id of " word"
+    ids = model.encode(" " + word.strip())
+    if len(ids) != 1:
+        raise KVLibError(f"{' ' + word.strip()!r} is {len(ids)} tokens for {model.name} ({ids}), so no one row "
+                         f"stands for it: pick a word its tokenizer keeps whole")
+    return ids[0]
+
+
+def stand_in(model, word):  # -> the first other word of `word`'s family in WORD_FAMILIES that is one token
+    family = next((words.split() for words in WORD_FAMILIES.values() if word in words.split()), [])
+    whole = [w for w in family if w != word and len(model.encode(" " + w)) == 1]
+    if not whole:
+        raise KVLibError(f"no other word of {word!r}'s family is one token for {model.name}: name one")
+    return whole[0]
+
+
+def with_row(model, token, row):  # -> a copy of the model whose table holds `row` at `token`'s place
+    """The model itself is left as it is (its weights may be a file every process maps): only the table is
+    copied; every other weight is shared."""
+    swapped = table(model).clone()
+    swapped[token] = row
+    return Model(model.name, {**model.params, model.family.token_table: swapped}, model.config, model.tokenizer,
+                 model.device)
+
+
+@dataclass
+class RowSwap:
+    """A text and the same tokens with one word's id changed to another's, both read as trained and swapped."""
+    texts: tuple          # the text, and it with the other word for the word
+    trained: float        # the largest |difference| between the two texts' logits, at every position, as trained
+    swapped: float        # the same, the other word's row put in the word's place in the table
+    top_trained: tuple    # the next-token guess after each text, as trained
+    top_swapped: tuple    # the same, swapped
+
+
+def known_by_row(model, text, word, other):
+    """Reads `text` and the same tokens with `other` for `word` through the model, then through a copy whose
+    table holds `other`'s row in `word`'s place. A model that knows a token only by its row gives the two texts
+    the same logits, bit for bit, in the copy, while the model as trained tells them apart.
+
+    GPT-2 and SmolLM2 tie their output head to this table, but kvlib keeps the head as its own copy, so the
+    swap changes what enters, not the head. Had it changed the head too, the test would hold: each time both
+    texts are read by one and the same model, never one text by each."""
+    token, stand = whole_token(model, word), whole_token(model, other)
+    ids = model.encode(text)
+    if token not in ids:
+        raise KVLibError(f"{' ' + word.strip()!r} is not a token of {text!r}")
+    pair = [ids, [stand if i == token else i for i in ids]]  # the same tokens, the word's id changed
+    swapped = with_row(model, token, table(model)[stand])
+    gaps, tops = [], []
+    for m in (model, swapped):
+        a, b = (m.forward(x) for x in pair)  # [T, V] each
+        gaps.append((a - b).abs().max().item())
+        tops.append(tuple(model.decode([int(logits[-1].argmax())]) for logits in (a, b)))
+    return RowSwap((text, model.decode(pair[1])), *gaps, *tops)
 
 
 def pca(x, dims):  # [N, C] -> [N, dims]
