@@ -35,16 +35,17 @@ class CacheGrowth(View):
     def of(cls, model, prompt="Mary had a little", new_tokens=8, link=None):
         """Generate greedily with a cache, reading the cache's bytes after every step."""
         ids = prompt_ids(check_model(model, "CacheGrowth.of"), prompt, "CacheGrowth.of")
-        cache, nbytes, layer_nbytes = model.new_cache(), [], []
+        cache, nbytes, layer_nbytes, seen = model.new_cache(), [], [], [0]
 
-        def record(token, piece):
+        def record(token, piece):  # after each step: what the cache counts it was fed, and holds
+            seen.append(cache.seen)
             nbytes.append(cache.nbytes)
             layer_nbytes.append([layer.nbytes for layer in cache.layers])
 
         gen = generate(model, ids, new_tokens, cache=cache, on_token=record, stop_at_eos=False)
         held = gen.prompt_ids + gen.ids[:-1]  # the last token picked is never fed, so never cached
         tokens = pieces(model, held)
-        fed = [len(gen.prompt_ids)] + [1] * (len(gen.ids) - 1)
+        fed = [b - a for a, b in zip(seen, seen[1:])]  # per step, as the cache counted it: measured, not assumed
         c = model.config
         shape = dict(n_layer=c.n_layer, n_kv_head=c.n_kv_head, head_dim=c.head_dim,
                      bytes_per_number=cache.layers[0].keys.element_size(), preview=min(PREVIEW, c.head_dim))
