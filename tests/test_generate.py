@@ -90,3 +90,18 @@ def test_greedy_takes_the_first_of_tied_maxima(tiny):
     assert sample(logits) == 3
     gen = Generation(prompt_ids=[1, 2])
     assert pick(tiny, gen, logits, Rules(max_new_tokens=4)) == 3 and gen.ids == [3]
+
+
+def test_without_a_cache_every_step_feeds_the_whole_text(tiny):
+    """Counted where the work is done (measure.Fed): with the cache the prompt once, then one token a step;
+    without it the whole text so far every step, as a model without memory must. Equal answers alone would not
+    tell a loop that forgot to forget."""
+    from kvlib.model.measure import Fed
+
+    prompt = tiny.encode("ROMEO.\n")
+    cached, uncached = Fed(tiny), Fed(tiny)
+    a = kvlib.generate(cached, prompt, 5, stop_at_eos=False)
+    b = kvlib.generate(uncached, prompt, 5, use_cache=False, stop_at_eos=False)
+    assert a.ids == b.ids
+    assert cached.rows == [len(prompt), 1, 1, 1, 1]
+    assert uncached.rows == [len(prompt) + i for i in range(5)]

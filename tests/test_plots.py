@@ -30,3 +30,17 @@ def test_throughput_by_batch_draws_each_series_beside_b_times_its_batch_1():
 def test_throughput_by_batch_wants_one_rate_per_batch():
     with pytest.raises(ValueError, match="2 rates for 3 batch sizes"):
         plots.throughput_by_batch([1, 8, 32], {"whole steps": [10, 50]}, "t")
+
+
+def test_fonts_installed_after_matplotlib_listed_the_machines_are_found(monkeypatch):
+    """matplotlib lists the machine's fonts once and caches the list; make test installs fonts-noto-cjk, maybe
+    after a first plot. Given a list holding only matplotlib's own fonts (no CJK family), plots finds every font a
+    list made now finds (fonts-noto-cjk's among them where it is installed, so Chinese labels are not boxes)."""
+    import matplotlib
+    from matplotlib import font_manager
+
+    now = {f.name for f in font_manager.FontManager().ttflist}  # what a list made on this machine now holds
+    own = [f for f in font_manager.fontManager.ttflist if f.fname.startswith(matplotlib.get_data_path())]
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", own)  # as if cached before the others were installed
+    assert not {f.name for f in own} & set(plots.CJK_FONTS)
+    assert plots._installed() >= now
