@@ -457,7 +457,7 @@ TEXT = {
     "speed.cold": {"en": "prompt cache, cold (0 % hits)", "zh": "提示词缓存，冷（0% 命中）"},
     "speed.warm": {"en": "prompt cache, warm", "zh": "提示词缓存，热"},
     "speed.receipt": {"en": "  warm receipt: {input} input, {cached} cached, {written} written",
-                      "zh": "  热缓存的回执：输入 {input}，缓存 {cached}，写入 {written}"},
+                      "zh": "  热缓存的收据：输入 {input}，命中 {cached}，写入 {written}"},
     "speed.faster": {"en": "  warm vs cold: warm was {x}x faster", "zh": "  热缓存对冷缓存：热缓存快了约 {x} 倍（用时约为冷缓存的 1/{x}）"},
     "speed.slower": {"en": "  warm vs cold: warm was {x}x slower", "zh": "  热缓存对冷缓存：热缓存反而更慢，用的时间是冷缓存的 {x} 倍"},
     "speed.noise": {"en": " (within noise: their runs overlapped)", "zh": "（在误差之内：两者的各次运行有重叠）"},
@@ -466,11 +466,11 @@ TEXT = {
     "speed.zero_hits_none": {"en": "  cost of a 0 % hit rate: none measured, cold took {less} less than no prompt cache",
                              "zh": "  命中率 0% 的代价：没有测出来，冷缓存反而比不用提示词缓存少用 {less}"},
     # speed.growth: a timed curve read as it came out
-    "speed.curve.cold": {"en": "The cold prefill", "zh": "冷预填充"},
-    "speed.curve.uncached": {"en": "The step without the cache", "zh": "不用缓存的一步"},
+    "speed.curve.cold": {"en": "The cold prefill", "zh": "冷预填充的用时"},
+    "speed.curve.uncached": {"en": "The step without the cache", "zh": "不用缓存时一步的用时"},
     "speed.grows": {"en": "{what} grew with the length at every point here: {first} ms at {a} tokens → {last} ms at "
                           "{b} ({x}x the time for {y}x the tokens).",
-                    "zh": "{what}在这里每一个点都随长度变长：{a} 个 token 用 {first} ms → {b} 个用 {last} ms"
+                    "zh": "{what}在这里随长度逐点增加：{a} 个 token 用 {first} ms → {b} 个用 {last} ms"
                           "（token 是 {y} 倍，时间是 {x} 倍）。"},
     "speed.bends": {"en": "{what} is not monotone here: {pairs}. This machine's noise outweighed the work between "
                           "those lengths: read no trend there (a rerun moves it).",
