@@ -32,15 +32,20 @@ def test_throughput_by_batch_wants_one_rate_per_batch():
         plots.throughput_by_batch([1, 8, 32], {"whole steps": [10, 50]}, "t")
 
 
-def test_fonts_installed_after_matplotlib_listed_the_machines_are_found(monkeypatch):
+@pytest.mark.slow  # listing the machine's fonts starts fc-list
+def test_fonts_installed_after_matplotlib_listed_the_machines_are_found(monkeypatch, tmp_path):
     """matplotlib lists the machine's fonts once and caches the list; make test installs fonts-noto-cjk, maybe
     after a first plot. Given a list holding only matplotlib's own fonts (no CJK family), plots finds every font a
-    list made now finds (fonts-noto-cjk's among them where it is installed, so Chinese labels are not boxes)."""
+    list made now finds (fonts-noto-cjk's among them where it is installed, so Chinese labels are not boxes), and
+    saves the list where matplotlib reads it, so the next import finds them without looking at the disk again."""
     import matplotlib
     from matplotlib import font_manager
 
     now = {f.name for f in font_manager.FontManager().ttflist}  # what a list made on this machine now holds
     own = [f for f in font_manager.fontManager.ttflist if f.fname.startswith(matplotlib.get_data_path())]
     monkeypatch.setattr(font_manager.fontManager, "ttflist", own)  # as if cached before the others were installed
+    monkeypatch.setattr(matplotlib, "get_cachedir", lambda: str(tmp_path))  # the user's own cache left alone
     assert not {f.name for f in own} & set(plots.CJK_FONTS)
     assert plots._installed() >= now
+    saved, = tmp_path.glob("fontlist-v*.json")  # the name matplotlib's import reads
+    assert {f.name for f in font_manager.json_load(saved).ttflist} >= now

@@ -7,6 +7,7 @@ with a hint, as in jessevig/bertviz.
 
 import contextlib
 import numbers
+from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -26,13 +27,17 @@ CJK_FONTS = ("Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", "Hiragino 
 def _installed():  # -> the font families matplotlib can draw with
     """matplotlib lists the machine's fonts once and caches the list: a CJK font installed later (make test's
     fonts-noto-cjk after a first plot) is missing from it, and Chinese labels draw as boxes. Then the fonts the
-    machine has that the list lacks are added (matplotlib's own bitmap-only ones, an emoji font, it refuses)."""
+    machine has that the list lacks are added (matplotlib's own bitmap-only ones, an emoji font, it refuses), and
+    the list saved where matplotlib keeps it, as matplotlib saves its own: the next import reads it, not the disk."""
     manager = font_manager.fontManager
     if not {f.name for f in manager.ttflist} & set(CJK_FONTS):
         known = {f.fname for f in manager.ttflist}
-        for path in set(font_manager.findSystemFonts()) - known:
+        added = set(font_manager.findSystemFonts()) - known
+        for path in added:
             with contextlib.suppress(NotImplementedError, OSError, RuntimeError, ValueError):
                 manager.addfont(path)
+        if added:  # json_dump only warns where the cache cannot be written
+            font_manager.json_dump(manager, Path(matplotlib.get_cachedir(), f"fontlist-v{manager.__version__}.json"))
     return {f.name for f in manager.ttflist}
 
 
