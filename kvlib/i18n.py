@@ -611,7 +611,6 @@ TEXT = {
     "blocks.col.input": {"en": "input", "zh": "输入"},
     "blocks.col.cached": {"en": "cached", "zh": "命中"},
     "blocks.col.written": {"en": "written", "zh": "写入"},
-    "blocks.col.ms": {"en": "prefill ms", "zh": "预填充 ms"},
     "blocks.col.cost": {"en": "cost", "zh": "费用"},
     "blocks.col.gone": {"en": "expired / evicted", "zh": "过期 / 逐出"},
     "blocks.expired": {"en": "expired", "zh": "过期"},

@@ -555,7 +555,7 @@
         for (const b of rows.flatMap((q) => q.blocks)) if (keys.slice(0, hits).includes(b.key)) b.then = { by: label, at };
         const cached = hits * B.size;
         rows.push({ label, tenant: W.tenant, at, input: ids.length, cached, written: (keys.length - hits) * B.size,
-                    ms: round(run.ms, 1), cost: cached * B.read + ids.length - cached, gone: 0,  // pricing.billed, automatic
+                    cost: cached * B.read + ids.length - cached, gone: 0,  // pricing.billed, automatic
                     tail: ids.length - spans.length * B.size,
                     prompt: decodeRun(m, ids), blocks: spans.map(([a, e], d) => ({ state: d < hits ? "hit" : "written", start: a, end: e, then: null,
                                                         text: decodeRun(m, ids.slice(a, e)), hash: keys[d].slice(0, 16), key: keys[d] })) });
@@ -589,12 +589,11 @@
     });
   }
   // a request's prefill: the blocks it hit as its cache's first rows, the rest of its prompt fed after them ->
-  // {cache, first: its greedy first token, ms: to that token, the hit's rows gathered included}
+  // {cache, first: its greedy first token} (timed whole by `fastest`, the hit's rows gathered included)
   async function prefill(m, pc, ids, hits) {
-    const t = performance.now();
     const past = hits.reduce((cache, key) => appendedBlock(m, cache, pc.index.get(key)), emptyCache(m));
     const out = await forward(m, ids.slice(past.length), past);
-    return { cache: out.cache, first: argmax(lastRow(m, out)), ms: performance.now() - t };
+    return { cache: out.cache, first: argmax(lastRow(m, out)) };
   }
   async function answer(m, start, n) {  // greedy from a prefill: its first token, then n - 1 cached steps
     const ids = [start.first];

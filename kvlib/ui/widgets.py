@@ -6,7 +6,6 @@ the app keeps working (the ipywidgets pattern of an error area beside the output
 Slow work waits for `continuous_update=False` sliders.
 """
 
-import contextlib
 import html
 import math
 import threading
@@ -373,9 +372,6 @@ class PromptCacheStream(App):
         pricing.check_mode(pc.mode, self.prices)
         self.pc, self.seconds_between = pc, seconds_between
         self.requests, self.results = [StreamRequest(*r) for r in requests], []  # results: a Sent per request sent
-        if self.requests:  # the first prompt once, untimed and outside the cache: a process's first forward pass pays
-            with contextlib.suppress(KVLibError):  # for its allocations, which the first request's time would count
-                pc.model.forward(pc.model.encode(self.requests[0].prompt))  # (a prompt too long says so when sent)
         auto = W.Layout(width="auto")  # the whole label, never cut short
         self.next = W.Button(description=t("stream.send"), button_style="primary", icon="paper-plane", layout=auto)
         never = math.isinf(pc.ttl)  # nothing to fast-forward to

@@ -6,7 +6,7 @@
 
 // every label is one of the view's words (kvlib.i18n, "blocks." entries), in the notebook's language
 const GLYPHS = { hit: "✓", written: "+", computed: "·" };  // a block's state: its glyph; its words name it
-const FIELDS = ["label", "tenant", "at", "blocks", "input", "cached", "written", "ms", "cost", "gone"];
+const FIELDS = ["label", "tenant", "at", "blocks", "input", "cached", "written", "cost", "gone"];
 
 // a block's text for the tooltip: whole when short, else its start and end
 const excerpt = (t, max = 240) => KV.quoted(t.length <= max ? t : `${t.slice(0, 170)} … ${t.slice(-60)}`);
@@ -51,7 +51,7 @@ function render({ model, el }) {
                   () => KV.fill(w.tail_tip, { n: q.tail })) : null];
       }
       return field === "cost" ? q.cost.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 })
-        : field === "ms" ? q.ms.toFixed(1) : field === "at" ? secs(q.at)
+        : field === "at" ? secs(q.at)
         : field === "gone" ? (q.gone || "") : typeof q[field] === "number" ? KV.int(q[field]) : q[field];
     };
     const legend = Object.entries(GLYPHS).map(([state, glyph]) => KV.h("span", { class: "kv-key" },

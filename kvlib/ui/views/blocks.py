@@ -35,7 +35,7 @@ class PromptBlocks(View):
     clock = T.Float(0).tag(sync=True)        # the cache's clock, seconds
     ttl = T.Float(0).tag(sync=True)
     requests = T.List().tag(sync=True)       # per request: {label, tenant, prompt (its text: a live page starts from
-                                             #   it), at, input, cached, written, ms, cost,
+                                             #   it), at, input, cached, written, cost,
                                              #   gone, tail, blocks: [{state, start, end, text, hash, then}]}
                                              #   then: what became of the copy it left: {"by", "at"} used again
                                              #   by a later request, {"gone", "at"} dropped first (an eviction
@@ -71,7 +71,7 @@ class PromptBlocks(View):
         blocks = [{"state": state, "start": a, "end": e, "text": pc.model.decode(ids[a:e]), "hash": key[:8].hex(),
                    "then": None} for state, (a, e), key in zip(r.blocks, spans, keys, strict=True)]
         request = {"label": label, "tenant": tenant, "prompt": pc.model.decode(ids), "at": pc.clock(), "input": r.input_tokens,
-                   "cached": r.cached_tokens, "written": r.written_tokens, "ms": round(result.seconds * 1e3, 1),
+                   "cached": r.cached_tokens, "written": r.written_tokens,
                    "cost": float(cost), "gone": int(gone), "tail": len(ids) - (spans[-1][1] if spans else 0), "blocks": blocks}
         # before the page is sent a view too big: the request, and the entry each of its blocks adds to `stored`
         self.check_size(more=len(json.dumps(request, default=str)) + STORED_ENTRY * len(blocks))
