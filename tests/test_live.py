@@ -248,6 +248,12 @@ def test_page_06_reuses_the_first_requests_blocks(browser, live, stored):
     rows = page.locator(".kv-blocks tr.kv-request")
     assert rows.count() == 2 and rows.nth(1).locator(".kv-block.kv-hit").count() == cached // 16
     assert rows.nth(0).locator(".kv-block.kv-hit").count() == 0
+    zh = ["你是迫克，夜里快活的小精灵。月亮在哪里？", "你是迫克，夜里快活的小精灵。太阳在哪里？"]  # blocks cut characters
+    run_panel(page, "blocks", zh)
+    shown = [[b["text"] for b in q["blocks"]] for q in page.evaluate("window.kvLive.last.blocks")["requests"]]
+    ids = [stored.encode(text) for text in zh]
+    assert shown == [[views.base.run_text(stored, i[a:a + 16]) for a in range(0, (len(i) - 1) // 16 * 16, 16)]
+                     for i in ids] and any("<0x" in t for q in shown for t in q), shown  # a chip names cut bytes
     run_panel(page, "blocks", ["Alpha beta gamma", "Alpha beta delta"])  # sharing less than a block
     assert int(result.get_attribute("data-reused")) == 0 and "none of its" in result.inner_text()
     check_offline(page, errors, "live 06")

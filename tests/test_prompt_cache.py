@@ -337,6 +337,22 @@ def test_stream_app_shows_each_requests_blocks(tiny):
     assert "blocks expired" in app.status.value and pc.nbytes == 0
 
 
+
+def test_a_chip_names_the_bytes_of_a_character_its_block_cuts(tiny):
+    """Byte-level tokens hold parts of Chinese characters, so blocks cut characters: a chip's text names the cut
+    bytes (<0xE8>) as notebook 2's chips do. Read back, the chips' texts are the prompt's own bytes; decoded alone,
+    each cut would show '\ufffd' and those bytes would be lost."""
+    import re
+    from kvlib.ui.views import PromptBlocks
+    pc = kvlib.PromptCache(tiny, block_size=4, ttl_seconds=300, clock=Clock())
+    prompt = "你是迫克，夜里快活的小精灵。回答要押韵。"
+    view = PromptBlocks(pc)
+    view.add("q", "a", prompt, pc.prefill(prompt, tenant="a"), 0.0)
+    texts = [b["text"] for b in view.requests[0]["blocks"]]
+    read_back = b"".join(re.sub(rb"<0x([0-9A-F]{2})>", lambda m: bytes([int(m[1], 16)]), t.encode()) for t in texts)
+    assert any("<0x" in t for t in texts) and not any("\ufffd" in t for t in texts), texts
+    assert prompt.encode().startswith(read_back) and len(read_back) > len(prompt.encode()) // 2, texts
+
 # --- the manual clock, the two modes, sampled answers, prices per mode, the stream's labels ---------------
 
 def test_manual_clock_moves_only_forward():

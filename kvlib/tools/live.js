@@ -219,6 +219,8 @@
   const decodeRun = (m, ids) => m.tokenizer.decode(ids);
   // views.base.pieces: a token's label, its text alone or, where that is part of a character, its bytes named (<0xE8>)
   const piece = (m, i) => { const text = decode(m, [i]); return text.includes("\ufffd") ? chunkText(tokenBytes(m.tokenizer, i)) : text; };
+  // views.base.run_text: a run of tokens' text (a cache block's), each byte of a character it cuts named (<0xE8>)
+  const runText = (m, ids) => chunkText(Uint8Array.from(ids.flatMap((i) => [...tokenBytes(m.tokenizer, i)])));
   const argmax = (row) => row.reduce((best, x, i) => (x > row[best] ? i : best), 0);  // the first of tied maxima, as torch
 
   // the KV cache: per layer, K and V [nkv, P, hs] as Float32Arrays holding exactly the tokens cached
@@ -558,7 +560,7 @@
                     cost: cached * B.read + ids.length - cached, gone: 0,  // pricing.billed, automatic
                     tail: ids.length - spans.length * B.size,
                     prompt: decodeRun(m, ids), blocks: spans.map(([a, e], d) => ({ state: d < hits ? "hit" : "written", start: a, end: e, then: null,
-                                                        text: decodeRun(m, ids.slice(a, e)), hash: keys[d].slice(0, 16), key: keys[d] })) });
+                                                        text: runText(m, ids.slice(a, e)), hash: keys[d].slice(0, 16), key: keys[d] })) });
         sent.push({ ids, hits: keys.slice(0, hits) });
       }
       const held = [...pc.index.values()].reduce((n, b) => n + b.k.reduce((a, k, l) => a + k.byteLength + b.v[l].byteLength, 0), 0);

@@ -54,6 +54,13 @@ def pieces(model, ids):
             for i in ids]
 
 
+def run_text(model, ids):
+    """A run of tokens' text (a cache block's): its whole characters, and each byte of a character the run cuts at
+    its start or end named as pieces names it (<0xE8>), where decoding the run alone would print "�"."""
+    tok = tokenization.for_model(model)
+    return b"".join(map(tok.token_bytes, ids)).decode("utf-8", errors="kvlib.byte_names")
+
+
 def check_model(model, who):  # -> model, once it is a loaded kvlib Model (not its name, a trace or a tokenizer)
     if not isinstance(model, Model):
         raise KVLibError(f"{who} takes a loaded model, as kvlib.load_model('tiny') returns; got {reprlib.repr(model)}")

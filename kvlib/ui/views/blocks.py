@@ -21,7 +21,7 @@ from ...errors import KVLibError, is_count, is_number
 from ...i18n import t
 from ...server.prompt_cache import Prefill, PromptCache
 from ...texttable import text_table
-from .base import View, module, prompt_ids
+from .base import View, module, prompt_ids, run_text
 
 GONE = {"expire": "expired", "evict": "evicted"}  # an event's kind -> the word a row and its tooltip say (blocks.<word>)
 STORED_ENTRY = len(json.dumps({"0" * 16: {"expires": -1e9 / 7}})) + 2  # one block in `stored` as JSON, with its ", "
@@ -68,7 +68,7 @@ class PromptBlocks(View):
                 not set(mine) <= {e.key for e in pc.events if e.kind in ("hit", "write")}:
             raise KVLibError("this Prefill is not of this prompt on this cache: pass the prompt, tenant and "
                              "cache_control that this view's cache was given by pc.prefill")
-        blocks = [{"state": state, "start": a, "end": e, "text": pc.model.decode(ids[a:e]), "hash": key[:8].hex(),
+        blocks = [{"state": state, "start": a, "end": e, "text": run_text(pc.model, ids[a:e]), "hash": key[:8].hex(),
                    "then": None} for state, (a, e), key in zip(r.blocks, spans, keys, strict=True)]
         request = {"label": label, "tenant": tenant, "prompt": pc.model.decode(ids), "at": pc.clock(), "input": r.input_tokens,
                    "cached": r.cached_tokens, "written": r.written_tokens,
